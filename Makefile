@@ -1,0 +1,32 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both create the virtual
+# environment on first use. torch is installed first and alone: on these machines pip takes the CPU
+# build from local disk; any other route downloads a multi-GB CUDA build (STACK.md). GPU users set
+# TORCH_SPEC to their CUDA build, e.g. `make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.simulacra-installed
+CONFIG ?= data/configs/demo.yaml
+
+.PHONY: demo test bench clean-demo
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -c requirements.lock -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/simulacra --config $(CONFIG) run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/score.py
+	$(BIN)/python bench/cpt_tokens.py
+
+clean-demo:
+	rm -rf simulacra-workspace

@@ -1,0 +1,173 @@
+"""The `simulacra` command line.
+
+Heavy libraries (torch, transformers, prefect) are imported inside the commands that use them,
+so `simulacra --help` and the data commands start fast. Commands call the stages directly; `run`
+goes through the Prefect flow.
+"""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
+
+app = typer.Typer(
+    name="simulacra",
+    help="Train language world models of agent environments: ingest, filter, score, split, train.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+_state: dict[str, Any] = {}
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config; defaults apply to anything it leaves out.")
+]
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="Override one field, e.g. --set cpt.max_steps=5 (repeatable).")
+]
+
+
+@app.callback()
+def main(config: ConfigOption = None, set_: SetOption = None) -> None:
+    _state.clear()
+    _state["config_path"] = config
+    _state["overrides"] = set_ or []
+
+
+def _config() -> SimulacraConfig:
+    if "config" not in _state:
+        try:
+            overrides = [parse_override(text) for text in _state.get("overrides", [])]
+            _state["config"] = load_config(_state.get("config_path"), overrides)
+        except ConfigError as exc:
+            console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False)
+            raise typer.Exit(2) from None
+    return _state["config"]
+
+
+def _store(read_only: bool = False):
+    from pipeline.store import open_store
+
+    return open_store(_config(), read_only=read_only)
+
+
+def _report(result) -> None:
+    console.print(f"[bold]{result.stage}[/bold]: {result.summary}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str] | None, typer.Argument(help="Files, folders, globs or hf://name[:split].")] = None,
+    format_name: Annotated[str | None, typer.Option("--format", help="Force an adapter (see `simulacra formats`).")] = None,
+    source: Annotated[str | None, typer.Option(help="Source name to record (default: the path's name).")] = None,
+    domain: Annotated[str | None, typer.Option(help="Domain for every trajectory read (default: inferred).")] = None,
+    rescan: Annotated[bool, typer.Option(help="Re-read files already ingested with the same content.")] = False,
+) -> None:
+    """Read trajectories into the store; malformed records go to quarantine with their reason."""
+    from stages import ingest as stage
+
+    config = _config()
+    if not paths and not config.ingest.sources:
+        console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config")
+        raise typer.Exit(2)
+    with _store() as store:
+        try:
+            result = stage.run(config, store, paths=paths, format_name=format_name, source_name=source,
+                               domain=domain, rescan=rescan)
+        except (FileNotFoundError, ValueError) as exc:
+            console.print(f"[red]ingest:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+    _report(result)
+
+
+@app.command()
+def formats() -> None:
+    """List the ingestion format adapters, in detection order."""
+    from pipeline import formats as registry
+
+    table = Table("format", "default domain", "what it reads")
+    for name in registry.ADAPTER_MODULES:
+        adapter = registry.adapter(name) if name != "generic-jsonl" else None
+        if adapter is None:
+            table.add_row(name, "other", "Any JSONL, through `field_mapping` in the source's config (never detected).")
+        else:
+            table.add_row(name, adapter.default_domain, adapter.description)
+    Console().print(table)
+
+
+@app.command()
+def stats(as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False) -> None:
+    """What the store holds: counts per source, drops by rule, categories, pools."""
+    from stages import stats as report
+
+    with _store(read_only=True) as store:
+        numbers = report.collect(store)
+    if as_json:
+        print(json.dumps(numbers, indent=2, default=str))
+        return
+    out = Console()
+    for name, rows in numbers.items():
+        if not rows:
+            continue
+        table = Table(*rows[0].keys(), title=name)
+        for row in rows:
+            table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()))
+        out.print(table)
+
+
+@app.command("config")
+def show_config(
+    defaults: Annotated[bool, typer.Option("--defaults", help="Print the defaults with every field's description.")] = False,
+) -> None:
+    """Validate and print the effective configuration (or the documented defaults)."""
+    import yaml
+
+    if defaults:
+        print(_documented_defaults(SimulacraConfig()))
+        return
+    config = _config()
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _documented_defaults(instance, indent: int = 0) -> str:
+    """YAML of the defaults with each field's description as a comment above it."""
+    import yaml
+    from pydantic import BaseModel
+
+    lines = []
+    pad = "  " * indent
+    for name, field in type(instance).model_fields.items():
+        if field.exclude:
+            continue
+        if field.description:
+            lines.append(f"{pad}# {field.description}")
+        value = getattr(instance, name)
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}:")
+            lines.append(_documented_defaults(value, indent + 1))
+        else:
+            dumped = yaml.safe_dump({name: _plain(value)}, sort_keys=False, default_flow_style=False, width=1000).rstrip()
+            lines.extend(pad + line for line in dumped.splitlines())
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(app())

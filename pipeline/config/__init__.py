@@ -1,0 +1,110 @@
+"""One YAML file, one typed section per stage.
+
+`load_config(None)` gives the defaults, so every command works with no config file at all.
+A wrong key or value raises `ConfigError` naming the file, the field and what was expected,
+before any work starts.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from pipeline.config.base import Section
+from pipeline.config.cpt import CPTConfig
+from pipeline.config.filter import FilterConfig
+from pipeline.config.ingest import IngestConfig
+from pipeline.config.model import ModelConfig
+from pipeline.config.orchestration import OrchestrationConfig
+from pipeline.config.score import ScoreConfig
+from pipeline.config.split import SplitConfig
+from pipeline.config.workspace import WorkspaceConfig
+
+
+class SimulacraConfig(Section):
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="Store and outputs.")
+    ingest: IngestConfig = Field(default_factory=IngestConfig, description="Trajectory sources.")
+    filter: FilterConfig = Field(default_factory=FilterConfig, description="Trajectory and turn rules.")
+    score: ScoreConfig = Field(default_factory=ScoreConfig, description="Turn informativeness.")
+    split: SplitConfig = Field(default_factory=SplitConfig, description="Disjoint pools and targets.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Base model for training.")
+    cpt: CPTConfig = Field(default_factory=CPTConfig, description="Continual pretraining.")
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Stage DAG.")
+
+    source_file: Path | None = Field(default=None, exclude=True, description="The YAML file this came from.")
+
+    def section_hash(self, name: str) -> str:
+        """Stable hash of one section's values: part of that stage's fingerprint."""
+        payload = json.dumps(getattr(self, name).model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the file and field it concerns."""
+
+
+def _describe(error: dict[str, Any]) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"field `{field}`: unknown key (misspelt? see `simulacra config --defaults` for valid keys)"
+    if kind == "missing":
+        return f"field `{field}`: required but missing"
+    given = error.get("input")
+    shown = repr(given) if not isinstance(given, dict) else "a mapping"
+    return f"field `{field}`: {error['msg']} (got {shown})"
+
+
+def _overlay(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _overlay(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """`cpt.max_steps=5` -> {"cpt": {"max_steps": 5}}; the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
+    path, raw = text.split("=", 1)
+    value: Any = yaml.safe_load(raw)
+    for part in reversed(path.strip().split(".")):
+        value = {part: value}
+    return value
+
+
+def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] | None = None) -> SimulacraConfig:
+    raw: dict[str, Any] = {}
+    where = "<defaults>"
+    if path is not None:
+        file = Path(path)
+        where = str(file)
+        if not file.is_file():
+            raise ConfigError(f"{where}: config file not found")
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{where}: expected a mapping of sections at the top level, got {type(loaded).__name__}")
+        raw = loaded
+    for override in overrides or []:
+        raw = _overlay(raw, override)
+    if overrides:
+        where += " (with overrides)"
+    try:
+        config = SimulacraConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = "\n".join(f"  {_describe(e)}" for e in exc.errors())
+        raise ConfigError(f"{where}: invalid configuration\n{lines}") from None
+    if path is not None:
+        config.source_file = Path(path).resolve()
+    return config

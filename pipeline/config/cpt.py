@@ -1,0 +1,38 @@
+"""Configuration of the continual-pretraining stage (SPEC.md, Stage 1)."""
+
+from pathlib import Path
+
+from pydantic import Field
+
+from pipeline.config.base import Section
+
+
+class CPTConfig(Section):
+    max_length: int = Field(
+        default=1024,
+        ge=32,
+        description="Longest token sequence. A longer trajectory is split into windows that start at turn "
+        "boundaries and repeat the system prompt.",
+    )
+    world_knowledge: list[str] = Field(
+        default_factory=list,
+        description="World-knowledge corpus: text files, JSONL (a `text` field), folders or `hf://` datasets.",
+    )
+    world_knowledge_token_ratio: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="World-knowledge tokens per trajectory token in the training mix (0 disables the corpus).",
+    )
+    learning_rate: float = Field(default=5e-4, gt=0, description="Peak learning rate (cosine decay).")
+    max_steps: int = Field(default=60, ge=1, description="Optimizer steps.")
+    per_device_batch_size: int = Field(default=4, ge=1, description="Sequences per device per micro-batch.")
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    save_steps: int = Field(default=20, ge=1, description="Checkpoint every this many steps (resume point).")
+    seed: int = Field(default=0, description="Seed for the keep-ratio masks, the mix and training.")
+    eval_max_sequences: int = Field(
+        default=64, ge=1, description="Held-out (eval pool) sequences used for the before/after cross-entropy."
+    )
+    output_dir: Path | None = Field(
+        default=None, description="Where the checkpoint goes; None: `<workspace>/runs/cpt/<fingerprint>`."
+    )

@@ -1,0 +1,40 @@
+"""Which causal LM the training stages start from."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeline.config.base import Section
+
+
+class TinyModelConfig(Section):
+    """A randomly initialised model built offline, for tests and the demo (no model hub here)."""
+
+    architecture: Literal["qwen3", "llama"] = Field(
+        default="qwen3",
+        description="Qwen3 or Llama config. Not qwen2: its AutoTokenizer swaps in Qwen's own pre-tokenizer "
+        "and silently changes token ids (STACK.md).",
+    )
+    vocab_size: int = Field(default=512, ge=64, description="Byte-level BPE vocabulary trained on local text.")
+    hidden_size: int = Field(default=64, ge=8, description="Width; 64 trains a CPU step in milliseconds.")
+    num_layers: int = Field(default=2, ge=1, description="Decoder layers.")
+    num_heads: int = Field(default=4, ge=1, description="Attention heads (hidden_size must divide by it).")
+    intermediate_size: int = Field(default=128, ge=8, description="MLP width.")
+    max_position_embeddings: int = Field(default=4096, ge=64, description="Longest sequence the model accepts.")
+    seed: int = Field(default=0, description="Seed of the random initialisation and tokenizer training order.")
+
+
+class ModelConfig(Section):
+    base: str | None = Field(
+        default=None,
+        description="Hugging Face model name or local path of any causal LM (e.g. Qwen/Qwen3-0.6B on a GPU). "
+        "None builds the tiny offline model below into the workspace (`simulacra init-model`).",
+    )
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Used when `base` is None.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="Weights dtype for loading `base`; auto picks bfloat16 on a GPU that supports it, float32 on CPU.",
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Passed to from_pretrained; off because model code from outside is untrusted."
+    )

@@ -1,0 +1,73 @@
+"""Configuration of `simulacra score`: the informativeness table of SPEC.md (Qwen-AgentWorld).
+
+The thresholds and keep ratios default to the paper's. The paper leaves three things open, decided
+here and explained in the README ("Turn informativeness"): which category wins when signatures
+overlap (`precedence`), what a "short" observation is (`short_observation_chars`), and where Jaccard
+enters (`echo_jaccard_min`).
+"""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.config.base import Section
+
+Category = Literal["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"]
+CATEGORIES: tuple[Category, ...] = ("echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other")
+
+
+class KeepRatios(Section):
+    """Fraction of an observation's tokens that count in the CPT loss, per category (paper's table)."""
+
+    echo: float = Field(default=0.05, ge=0, le=1, description="Observation repeats the action: almost nothing to learn.")
+    boilerplate: float = Field(default=0.10, ge=0, le=1, description="Mostly the action's words with fixed framing.")
+    transform: float = Field(default=0.50, ge=0, le=1, description="A shorter rewrite of what the action said.")
+    expansion: float = Field(default=1.00, ge=0, le=1, description="Builds on the action with much new content.")
+    retrieval: float = Field(default=1.00, ge=0, le=1, description="Returns new content the action did not contain.")
+    action: float = Field(default=1.00, ge=0, le=1, description="A short state change or acknowledgement.")
+    other: float = Field(default=1.00, ge=0, le=1, description="No signature matched: keep everything.")
+
+    def of(self, category: str) -> float:
+        return float(getattr(self, category))
+
+
+class ScoreConfig(Section):
+    echo_overlap_min: float = Field(default=0.7, ge=0, le=1, description="echo: OL >= this (paper 0.7).")
+    echo_novelty_max: float = Field(default=0.3, ge=0, le=1, description="echo: Nov < this (paper 0.3).")
+    echo_jaccard_min: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Optional extra echo condition Jac >= this. Off by default (the paper's echo uses OL and "
+        "Nov only); set it to demand that an echo is also short relative to the action.",
+    )
+    boilerplate_overlap_min: float = Field(default=0.5, ge=0, le=1, description="boilerplate: OL >= this (paper 0.5).")
+    boilerplate_novelty_max: float = Field(default=0.5, ge=0, le=1, description="boilerplate: Nov < this (paper 0.5).")
+    transform_novelty_max: float = Field(default=0.5, ge=0, le=1, description="transform: Nov < this (paper 0.5).")
+    transform_ratio_max: float = Field(default=1.0, ge=0, description="transform: R < this (paper 1).")
+    expansion_overlap_min: float = Field(default=0.5, ge=0, le=1, description="expansion: OL >= this (paper 0.5).")
+    expansion_novelty_min: float = Field(default=0.5, ge=0, le=1, description="expansion: Nov >= this (paper 0.5).")
+    expansion_ratio_min: float = Field(default=1.5, ge=0, description="expansion: R > this (paper 1.5).")
+    retrieval_novelty_min: float = Field(default=0.6, ge=0, le=1, description="retrieval: Nov >= this (paper 0.6).")
+    retrieval_ratio_min: float = Field(default=1.0, ge=0, description="retrieval: R > this (paper 1).")
+    action_novelty_min: float = Field(default=0.5, ge=0, le=1, description="action: Nov >= this (paper 0.5).")
+    action_ratio_max: float = Field(default=1.0, ge=0, description="action: R <= this (paper 1) or a short observation.")
+    short_observation_chars: int = Field(
+        default=80,
+        ge=0,
+        description="An observation of at most this many characters is 'short' for the action category: about "
+        "one line of a terminal, the length of 'File created successfully at: /path/to/file.py'.",
+    )
+    precedence: list[Category] = Field(
+        default_factory=lambda: ["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"],
+        description="Order in which signatures are tried; the first that matches wins. Default: the paper's "
+        "table order, which puts the most specific low-information signatures first (every echo is also "
+        "boilerplate; the echo ratio must win), and the least specific last.",
+    )
+    keep_ratios: KeepRatios = Field(default_factory=KeepRatios, description="Keep ratio per category.")
+
+    @model_validator(mode="after")
+    def _precedence_is_a_permutation(self) -> "ScoreConfig":
+        if sorted(self.precedence) != sorted(CATEGORIES):
+            raise ValueError(f"precedence must list each of {', '.join(CATEGORIES)} exactly once")
+        return self

@@ -1,0 +1,55 @@
+"""Configuration of `simulacra split`: disjoint training pools and target-turn selection."""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.config.base import Section
+
+Pool = Literal["cpt", "sft", "rl", "eval"]
+POOLS: tuple[Pool, ...] = ("cpt", "sft", "rl", "eval")
+
+
+class PoolRatios(Section):
+    cpt: float = Field(default=0.55, ge=0, description="Share of trajectories for continual pretraining.")
+    sft: float = Field(default=0.2, ge=0, description="Share for rejection-sampled SFT.")
+    rl: float = Field(default=0.15, ge=0, description="Share for GSPO RL (one target turn each).")
+    eval: float = Field(default=0.1, ge=0, description="Held-out share, never trained on.")
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> "PoolRatios":
+        total = self.cpt + self.sft + self.rl + self.eval
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"pool ratios must sum to 1, got {total:.6f}")
+        return self
+
+
+class TargetSelection(Section):
+    strategy: Literal["all", "one", "first_last_middle"] = Field(
+        description="`all`: every kept turn; `one`: one seeded turn per trajectory; `first_last_middle`: "
+        "the first, the last and up to `middle` seeded turns between them."
+    )
+    middle: int = Field(default=3, ge=0, description="Middle turns for `first_last_middle` (paper: 3).")
+
+
+class SplitConfig(Section):
+    ratios: PoolRatios = Field(default_factory=PoolRatios, description="Pool shares by trajectory.")
+    salt: str = Field(
+        default="simulacra-pools-v1",
+        description="Mixed into the hash that places a trajectory. Changing it reshuffles every pool, so it is "
+        "fixed once a project starts; adding data never moves a trajectory.",
+    )
+    seed: int = Field(default=0, description="Seed for target-turn selection.")
+    sft_targets: TargetSelection = Field(
+        default_factory=lambda: TargetSelection(strategy="all"),
+        description="Which turns of an SFT trajectory become queries.",
+    )
+    rl_targets: TargetSelection = Field(
+        default_factory=lambda: TargetSelection(strategy="one"),
+        description="RL uses exactly one turn per trajectory: samples expanded from one trajectory share "
+        "prefixes and correlated rewards (the echo trap of SPEC.md).",
+    )
+    eval_targets: TargetSelection = Field(
+        default_factory=lambda: TargetSelection(strategy="first_last_middle", middle=3),
+        description="AgentWorldBench-style: the first, the last and up to three middle turns.",
+    )

@@ -1,0 +1,144 @@
+"""Schema migrations of the store, applied in order and recorded in `schema_migrations`.
+
+Append new migrations at the end; never edit or drop one that has shipped (workspaces in the
+field have applied it). A migration is a list of statements run in one transaction.
+"""
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "trajectory store",
+        [
+            """CREATE TABLE sources (
+                name VARCHAR PRIMARY KEY,
+                first_seen TIMESTAMP NOT NULL,
+                last_ingested TIMESTAMP NOT NULL
+            )""",
+            # One row per (file, content, source): how far ingestion got, committed with each batch,
+            # so a killed run resumes after the last committed record and the nightly refresh skips
+            # files it has completed.
+            """CREATE TABLE ingested_files (
+                path VARCHAR NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                source VARCHAR NOT NULL,
+                format VARCHAR,
+                size_bytes BIGINT NOT NULL,
+                records_read BIGINT NOT NULL,
+                added BIGINT NOT NULL,
+                duplicates BIGINT NOT NULL,
+                quarantined BIGINT NOT NULL,
+                completed BOOLEAN NOT NULL,
+                updated_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (path, sha256, source)
+            )""",
+            """CREATE TABLE trajectories (
+                trajectory_id VARCHAR PRIMARY KEY,
+                source VARCHAR NOT NULL,
+                format VARCHAR NOT NULL,
+                domain VARCHAR NOT NULL,
+                task VARCHAR,
+                task_description VARCHAR NOT NULL,
+                action_space VARCHAR,
+                tools JSON,
+                initial_state VARCHAR,
+                demonstrations VARCHAR,
+                simulation_instructions VARCHAR,
+                outcome_reward DOUBLE,
+                num_turns INTEGER NOT NULL,
+                metadata JSON,
+                location VARCHAR NOT NULL,
+                ingested_at TIMESTAMP NOT NULL
+            )""",
+            # No key constraint: turns are only ever inserted with their (new) trajectory, in the
+            # same transaction, so (trajectory_id, turn_index) is unique by construction and bulk
+            # inserts skip maintaining a second index.
+            """CREATE TABLE turns (
+                trajectory_id VARCHAR NOT NULL,
+                turn_index INTEGER NOT NULL,
+                action VARCHAR NOT NULL,
+                observation VARCHAR NOT NULL,
+                tool_name VARCHAR,
+                is_error BOOLEAN NOT NULL,
+                metadata JSON
+            )""",
+            """CREATE TABLE quarantine (
+                quarantine_id VARCHAR PRIMARY KEY,
+                source VARCHAR NOT NULL,
+                location VARCHAR NOT NULL,
+                error VARCHAR NOT NULL,
+                raw VARCHAR,
+                recorded_at TIMESTAMP NOT NULL
+            )""",
+            # Every drop, with its rule and reason; turn_index NULL for a whole trajectory.
+            """CREATE TABLE filter_decisions (
+                trajectory_id VARCHAR NOT NULL,
+                turn_index INTEGER,
+                rule VARCHAR NOT NULL,
+                reason VARCHAR NOT NULL,
+                config_hash VARCHAR NOT NULL,
+                decided_at TIMESTAMP NOT NULL
+            )""",
+            # Which trajectories the filter has judged, under which config: new ones are judged
+            # incrementally; a changed config re-judges everything in one transaction.
+            """CREATE TABLE filter_state (
+                trajectory_id VARCHAR PRIMARY KEY,
+                config_hash VARCHAR NOT NULL,
+                kept BOOLEAN NOT NULL,
+                kept_turns INTEGER NOT NULL
+            )""",
+            """CREATE TABLE turn_scores (
+                trajectory_id VARCHAR NOT NULL,
+                turn_index INTEGER NOT NULL,
+                overlap DOUBLE,
+                novelty DOUBLE,
+                jaccard DOUBLE,
+                length_ratio DOUBLE,
+                category VARCHAR NOT NULL,
+                keep_ratio DOUBLE NOT NULL,
+                scorer_version VARCHAR NOT NULL,
+                config_hash VARCHAR NOT NULL
+            )""",
+            """CREATE TABLE splits (
+                trajectory_id VARCHAR PRIMARY KEY,
+                pool VARCHAR NOT NULL,
+                config_hash VARCHAR NOT NULL,
+                assigned_at TIMESTAMP NOT NULL
+            )""",
+            """CREATE TABLE targets (
+                trajectory_id VARCHAR NOT NULL,
+                turn_index INTEGER NOT NULL,
+                pool VARCHAR NOT NULL,
+                strategy VARCHAR NOT NULL,
+                seed INTEGER NOT NULL,
+                config_hash VARCHAR NOT NULL
+            )""",
+            """CREATE TABLE stage_runs (
+                run_id VARCHAR PRIMARY KEY,
+                stage VARCHAR NOT NULL,
+                fingerprint VARCHAR NOT NULL,
+                status VARCHAR NOT NULL,
+                started_at TIMESTAMP NOT NULL,
+                finished_at TIMESTAMP,
+                metrics JSON,
+                output_path VARCHAR,
+                error VARCHAR
+            )""",
+            """CREATE TABLE checkpoints (
+                checkpoint_id VARCHAR PRIMARY KEY,
+                stage VARCHAR NOT NULL,
+                fingerprint VARCHAR NOT NULL,
+                path VARCHAR NOT NULL,
+                base_model VARCHAR,
+                created_at TIMESTAMP NOT NULL,
+                metrics JSON
+            )""",
+            """CREATE VIEW kept_trajectories AS
+                SELECT t.* FROM trajectories t JOIN filter_state f USING (trajectory_id) WHERE f.kept""",
+            """CREATE VIEW kept_turns AS
+                SELECT u.* FROM turns u JOIN filter_state f USING (trajectory_id)
+                WHERE f.kept AND NOT EXISTS (
+                    SELECT 1 FROM filter_decisions d
+                    WHERE d.trajectory_id = u.trajectory_id AND d.turn_index = u.turn_index)""",
+        ],
+    ),
+]

@@ -1,0 +1,116 @@
+"""The unified trajectory schema every format adapter produces.
+
+A trajectory is one interaction between an agent and an environment: a system prompt in the five
+parts of SPEC.md, then (action, observation) turns in order. Its id is a content hash of the
+normalised form, so the same trajectory read twice, from the same file or another, is one row.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+DOMAINS = ("terminal", "swe", "mcp", "search", "web", "android", "os", "text-game", "other")
+
+
+class RecordError(ValueError):
+    """A record that cannot become a trajectory; the message is the quarantine reason."""
+
+
+@dataclass(slots=True)
+class Turn:
+    action: str
+    observation: str
+    tool_name: str | None = None
+    is_error: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SystemPrompt:
+    """SPEC.md's five parts. Only the task description is always present."""
+
+    task_description: str = ""
+    action_space: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    initial_state: str | None = None
+    demonstrations: str | None = None
+    simulation_instructions: str | None = None
+
+    def tool_names(self) -> set[str]:
+        names = set()
+        for tool in self.tools:
+            spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+            if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                names.add(spec["name"])
+        return names
+
+
+@dataclass(slots=True)
+class Trajectory:
+    source: str
+    domain: str
+    turns: list[Turn]
+    system: SystemPrompt = field(default_factory=SystemPrompt)
+    task: str | None = None
+    outcome_reward: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    format: str = ""
+    location: str = ""
+
+    def content_id(self) -> str:
+        """Hash of what the trajectory says, not where it came from: source, location, format and
+        metadata (timestamps, run ids) are left out so a re-export of the same run deduplicates."""
+        s = self.system
+        canonical = [
+            self.task,
+            s.task_description,
+            s.action_space,
+            s.tools,
+            s.initial_state,
+            s.demonstrations,
+            s.simulation_instructions,
+            [[t.action, t.observation, t.tool_name, t.is_error] for t in self.turns],
+        ]
+        try:
+            payload = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError as exc:
+            # orjson refuses lone surrogates: text that cannot be valid UTF-8 is caught here, for free.
+            raise RecordError(f"not valid UTF-8 text: {exc}") from None
+        return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
+def require_text(value: Any, what: str) -> str:
+    """Text fields must be strings; numbers and None are a schema error, not something to coerce."""
+    if not isinstance(value, str):
+        raise RecordError(f"{what}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def as_text(value: Any) -> str:
+    """Render structured content (a dict observation, a list of content parts) as text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and "text" in p for p in value):
+        return "".join(str(p["text"]) for p in value)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def check_limits(trajectory: Trajectory, max_action_chars: int | None, max_observation_chars: int | None) -> None:
+    """Raise RecordError for what the store must not hold: no turns, an unknown domain, or an
+    action/observation above its size cap. (Invalid UTF-8 is caught by `content_id`.)"""
+    if not trajectory.turns:
+        raise RecordError("no turns: the record holds no (action, observation) pair")
+    if trajectory.domain not in DOMAINS:
+        raise RecordError(f"domain {trajectory.domain!r} is not one of {', '.join(DOMAINS)}")
+    for index, turn in enumerate(trajectory.turns):
+        if max_action_chars is not None and len(turn.action) > max_action_chars:
+            raise RecordError(f"turn {index}: action of {len(turn.action)} chars exceeds the cap of {max_action_chars}")
+        if max_observation_chars is not None and len(turn.observation) > max_observation_chars:
+            raise RecordError(
+                f"turn {index}: observation of {len(turn.observation)} chars exceeds the cap of {max_observation_chars}"
+            )

@@ -1,0 +1,125 @@
+"""The DuckDB store: one file per workspace, migrated on open, written in short transactions.
+
+DuckDB lets one read-write process hold a file, exclusively (STACK.md). Every command therefore
+opens the store for as long as it needs it, retries while another process holds the lock, and
+training reads Parquet snapshots instead of the live file.
+"""
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pipeline.migrations import MIGRATIONS
+
+
+class StoreBusy(RuntimeError):
+    """Another process held the store's lock for longer than we were willing to wait."""
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    return "lock" in str(exc).lower()
+
+
+class Store:
+    def __init__(self, path: Path | str, read_only: bool = False, lock_timeout_s: float = 120.0):
+        self.path = Path(path)
+        self.read_only = read_only
+        self.lock_timeout_s = lock_timeout_s
+        self._connection: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._connection is None:
+            self._connection = self._open()
+            if not self.read_only:
+                self.migrate()
+        return self._connection
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        if not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=self.read_only)
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc) or time.monotonic() > deadline:
+                    if _is_lock_error(exc):
+                        raise StoreBusy(
+                            f"{self.path} is held by another process (DuckDB allows one writer); "
+                            f"gave up after {self.lock_timeout_s:.0f}s"
+                        ) from exc
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations this file has not seen; returns the versions applied."""
+        con = self._connection
+        assert con is not None
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
+        )
+        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        applied = []
+        for version, name, statements in MIGRATIONS:
+            if version in done:
+                continue
+            with self.transaction() as tx:
+                for statement in statements:
+                    tx.execute(statement)
+                tx.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+            applied.append(version)
+        return applied
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All-or-nothing: a process killed inside leaves the store as it was before."""
+        con = self.connection
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+    def execute(self, sql: str, parameters: list[Any] | None = None) -> duckdb.DuckDBPyConnection:
+        return self.connection.execute(sql, parameters or [])
+
+    def rows(self, sql: str, parameters: list[Any] | None = None) -> list[dict[str, Any]]:
+        cursor = self.connection.execute(sql, parameters or [])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def scalar(self, sql: str, parameters: list[Any] | None = None) -> Any:
+        row = self.connection.execute(sql, parameters or []).fetchone()
+        return None if row is None else row[0]
+
+    def table_fingerprint(self, relation: str, key_columns: str) -> str:
+        """Order-independent digest of a relation's keys: changes when rows are added or removed."""
+        count, digest = self.connection.execute(
+            f"SELECT count(*), coalesce(bit_xor(hash({key_columns})), 0) FROM {relation}"
+        ).fetchone()
+        return f"{count}:{digest:x}"
+
+
+def open_store(config: Any, read_only: bool = False) -> Store:
+    """The store of a config's workspace."""
+    return Store(config.workspace.database_path, read_only=read_only)

@@ -1,0 +1,63 @@
+"""Configuration: defaults with no file, and errors that name the file, the field and the expectation."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pipeline.cli import _documented_defaults, app
+from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
+
+BAD_CONFIGS = [
+    # (YAML text, fragments the error must contain)
+    ("filter:\n  min_turn: 2\n", ["filter.min_turn", "unknown key"]),
+    ("score:\n  keep_ratios:\n    echo: 1.5\n", ["score.keep_ratios.echo", "less than or equal to 1"]),
+    ("ingest:\n  batch_trajectories: many\n", ["ingest.batch_trajectories", "valid integer", "'many'"]),
+    ("split:\n  ratios:\n    cpt: 0.9\n", ["split.ratios", "sum to 1"]),
+    ("score:\n  precedence: [echo, echo]\n", ["score", "precedence must list each"]),
+    ("ingest:\n  sources:\n    - path: data/\n", ["ingest.sources.0.name", "required"]),
+    ("- just\n- a list\n", ["expected a mapping"]),
+    ("filter: [unclosed\n", ["not valid YAML"]),
+]
+
+
+@pytest.mark.parametrize("text,fragments", BAD_CONFIGS, ids=[f[0] for _, f in BAD_CONFIGS])
+def test_bad_config_names_file_and_field(tmp_path: Path, text: str, fragments: list[str]):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_no_file_means_defaults_in_the_current_folder():
+    config = load_config(None)
+    assert config == SimulacraConfig()
+    assert config.workspace.root == (Path.cwd() / "simulacra-workspace").resolve()
+    assert config.filter.min_turns == 2  # SPEC: drop trajectories with fewer than 2 turns
+
+
+def test_overrides_apply_on_top_of_the_file(tmp_path: Path):
+    path = tmp_path / "c.yaml"
+    path.write_text("cpt:\n  max_steps: 10\n")
+    config = load_config(path, [parse_override("cpt.max_steps=3"), parse_override("model.base=Qwen/Qwen3-0.6B")])
+    assert config.cpt.max_steps == 3
+    assert config.model.base == "Qwen/Qwen3-0.6B"
+
+
+def test_documented_defaults_round_trip_and_describe_every_field():
+    text = _documented_defaults(SimulacraConfig())
+    assert SimulacraConfig.model_validate(yaml.safe_load(text)) == SimulacraConfig()
+    assert text.count("# ") >= 60
+
+
+def test_cli_reports_config_error_with_exit_code_2(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("filter:\n  min_turns: -1\n")
+    result = CliRunner().invoke(app, ["--config", str(path), "config"])
+    assert result.exit_code == 2
+    assert "filter.min_turns" in result.output and str(path) in result.output

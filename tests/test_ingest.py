@@ -1,0 +1,149 @@
+"""Ingestion: quarantine with reasons, idempotency, the nightly refresh, count conservation, resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.simulacra_jsonl import to_record
+from pipeline.schema import SystemPrompt, Trajectory, Turn
+from stages import ingest
+
+
+def trajectory(n: int, turns: int = 3, domain: str = "terminal") -> Trajectory:
+    return Trajectory(
+        source="",
+        domain=domain,
+        system=SystemPrompt(task_description="A Linux shell in a project folder."),
+        turns=[Turn(action=f"cat notes{n}_{i}.txt", observation=f"line {n} {i}\n") for i in range(turns)],
+    )
+
+
+def write_jsonl(path: Path, lines: list[str | bytes]) -> Path:
+    with path.open("wb") as handle:
+        for line in lines:
+            handle.write(line if isinstance(line, bytes) else line.encode())
+            handle.write(b"\n")
+    return path
+
+
+def good(n: int, **kwargs) -> str:
+    return json.dumps(to_record(trajectory(n, **kwargs)))
+
+
+def counts_conserved(metrics: dict) -> bool:
+    return metrics["records_read"] == metrics["added"] + metrics["duplicates"] + metrics["quarantined"]
+
+
+MALFORMED = [
+    # (record line, expected reason fragment)
+    ("{not json", "invalid JSON"),
+    (b'{"schema": "simulacra/trajectory-v1", "turns": [{"action": "ls", "observation": "\xff\xfe"}]}', "invalid UTF-8"),
+    ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": "ls", "observation": "\\ud800"}]}', "invalid UTF-8"),
+    ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": 7, "observation": "x"}]}', "turns[0].action: expected a string, got int"),
+    ('{"schema": "simulacra/trajectory-v1", "turns": []}', "no turns"),
+    ('{"schema": "simulacra/trajectory-v1", "turns": "ls"}', "`turns`: expected a list"),
+    ('{"schema": "simulacra/trajectory-v1", "domain": "moon", "turns": [{"action": "a", "observation": "b"}]}', "domain 'moon'"),
+    ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": "a", "observation": "' + "x" * 120 + '"}]}', "exceeds the cap of 100"),
+    ('{"schema": "simulacra/trajectory-v1", "outcome_reward": "high", "turns": [{"action": "a", "observation": "b"}]}', "`outcome_reward`: expected a number"),
+]
+
+
+@pytest.mark.parametrize("line,reason", MALFORMED, ids=[r for _, r in MALFORMED])
+def test_malformed_record_is_quarantined_with_reason_and_location(config, store, tmp_path, line, reason):
+    config.ingest.max_observation_chars = 100
+    path = write_jsonl(tmp_path / "mixed.jsonl", [good(1), line, good(2)])
+    result = ingest.run(config, store, paths=[str(path)])
+    assert result.metrics["added"] == 2
+    assert result.metrics["quarantined"] == 1
+    row = store.rows("SELECT location, error, raw FROM quarantine")[0]
+    assert reason in row["error"]
+    assert row["location"] == f"{path}:2"
+    assert row["raw"]
+    assert counts_conserved(result.metrics)
+
+
+def test_reingesting_adds_nothing_and_skips_unchanged_files(config, store, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [good(i) for i in range(5)] + ["{bad"])
+    first = ingest.run(config, store, paths=[str(path)])
+    second = ingest.run(config, store, paths=[str(path)])
+    assert (first.metrics["added"], first.metrics["quarantined"]) == (5, 1)
+    assert second.metrics["files_unchanged"] == 1 and second.metrics["records_read"] == 0
+    rescan = ingest.run(config, store, paths=[str(path)], rescan=True)
+    assert (rescan.metrics["added"], rescan.metrics["duplicates"], rescan.metrics["quarantined"]) == (0, 5, 1)
+    assert store.scalar("SELECT count(*) FROM trajectories") == 5
+    assert store.scalar("SELECT count(*) FROM turns") == 15
+    assert store.scalar("SELECT count(*) FROM quarantine") == 1
+
+
+def test_nightly_refresh_adds_only_new_files_and_new_trajectories(config, store, tmp_path):
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    write_jsonl(folder / "monday.jsonl", [good(i) for i in range(4)])
+    ingest.run(config, store, paths=[str(folder)])
+    # Tuesday's export repeats two of Monday's trajectories and brings three new ones.
+    write_jsonl(folder / "tuesday.jsonl", [good(i) for i in range(2, 7)])
+    result = ingest.run(config, store, paths=[str(folder)])
+    assert result.metrics["files_unchanged"] == 1
+    assert (result.metrics["added"], result.metrics["duplicates"]) == (3, 2)
+    assert store.scalar("SELECT count(*) FROM trajectories") == 7
+
+
+def test_same_trajectory_in_one_batch_or_two_sources_is_one_row(config, store, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [good(1), good(1)])
+    b = write_jsonl(tmp_path / "b.jsonl", [good(1)])
+    first = ingest.run(config, store, paths=[str(a)])
+    second = ingest.run(config, store, paths=[str(b)], source_name="mirror")
+    assert (first.metrics["added"], first.metrics["duplicates"]) == (1, 1)
+    assert (second.metrics["added"], second.metrics["duplicates"]) == (0, 1)
+    assert store.scalar("SELECT count(*) FROM trajectories") == 1
+
+
+def test_killed_run_resumes_after_last_committed_batch(config, store, tmp_path, monkeypatch):
+    config.ingest.batch_trajectories = 3
+    path = write_jsonl(tmp_path / "big.jsonl", [good(i) for i in range(10)] + ["{bad"])
+    real_commit = ingest._commit
+    calls = {"n": 0}
+
+    def dying_commit(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("killed")  # the process dies before the third batch commits
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(ingest, "_commit", dying_commit)
+    with pytest.raises(KeyboardInterrupt):
+        ingest.run(config, store, paths=[str(path)])
+    assert store.scalar("SELECT count(*) FROM trajectories") == 6
+    assert store.scalar("SELECT completed FROM ingested_files") is False
+
+    parsed = []
+    real_parse = ingest._parse
+    monkeypatch.setattr(ingest, "_commit", real_commit)
+    monkeypatch.setattr(ingest, "_parse", lambda record, *a: parsed.append(record) or real_parse(record, *a))
+    result = ingest.run(config, store, paths=[str(path)])
+    assert len(parsed) == 5, "records committed before the kill must not be parsed again"
+    assert store.scalar("SELECT count(*) FROM trajectories") == 10
+    assert store.scalar("SELECT count(*) FROM turns") == 30
+    row = store.rows("SELECT records_read, added, duplicates, quarantined, completed FROM ingested_files")[0]
+    assert row == {"records_read": 11, "added": 10, "duplicates": 0, "quarantined": 1, "completed": True}
+    assert counts_conserved(result.metrics)
+
+
+def test_unknown_format_fails_before_any_work(config, store, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [good(1)])
+    with pytest.raises(ValueError, match="unknown format 'nope'"):
+        ingest.run(config, store, paths=[str(path)], format_name="nope")
+    assert store.scalar("SELECT count(*) FROM ingested_files") == 0
+
+
+def test_missing_path_is_a_clear_error(config, store, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file, folder or glob"):
+        ingest.run(config, store, paths=[str(tmp_path / "absent.jsonl")])
+
+
+def test_unrecognised_file_is_quarantined_not_fatal(config, store, tmp_path):
+    (tmp_path / "notes.json").write_text('{"hello": "world"}')
+    result = ingest.run(config, store, paths=[str(tmp_path / "notes.json")])
+    assert result.metrics["quarantined"] == 1
+    assert "no format adapter recognises" in store.scalar("SELECT error FROM quarantine")
