@@ -3,6 +3,7 @@
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 
@@ -10,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """Yields `advance(n)`. Rich draws nothing on a non-terminal (CI logs, Prefect workers)."""
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, transient=True) as progress:
+    console = Console(stderr=True)
+    with Progress(*columns, transient=True, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task(description, total=total)
         yield lambda n: progress.advance(task, n)

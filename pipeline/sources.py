@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.formats.base import Document, iter_documents
 
 # Files ingestion reads when given a folder; licences, READMEs and configs beside the data are not data.
-DATA_SUFFIXES = {".json", ".jsonl", ".ndjson", ".traj", ".txt", ".log", ".parquet"}
+DATA_SUFFIXES = {".json", ".jsonl", ".ndjson", ".traj", ".txt", ".log", ".parquet", ".yaml", ".yml"}
 SKIPPED_NAMES = {"license", "license.txt", "license.md", "readme.md", "readme.txt", "notice", "notice.txt"}
 
 

@@ -147,3 +147,17 @@ def test_unrecognised_file_is_quarantined_not_fatal(config, store, tmp_path):
     result = ingest.run(config, store, paths=[str(tmp_path / "notes.json")])
     assert result.metrics["quarantined"] == 1
     assert "no format adapter recognises" in store.scalar("SELECT error FROM quarantine")
+
+
+def test_public_trajectories_ingest_with_conserved_counts(config, store, public_data):
+    """Every public file parses or is quarantined for a stated reason; a second run adds nothing."""
+    result = ingest.run(config, store, paths=[str(public_data)])
+    m = result.metrics
+    assert counts_conserved(m)
+    assert (m["records_read"], m["added"], m["duplicates"], m["quarantined"]) == (171, 149, 6, 16)
+    by_format = dict(store.execute("SELECT format, count(*) FROM trajectories GROUP BY format").fetchall())
+    assert by_format == {"openai-chat": 91, "swe-agent": 20, "text-game": 36, "mini-swe-agent": 1, "openhands": 1}
+    reasons = {row[0] for row in store.execute("SELECT error FROM quarantine").fetchall()}
+    assert all(reason.startswith("no environment actions") for reason in reasons)
+    again = ingest.run(config, store, paths=[str(public_data)])
+    assert again.metrics["records_read"] == 0 and again.metrics["files_unchanged"] == m["files_read"]

@@ -18,6 +18,7 @@ from pipeline.schema import RecordError, Trajectory
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 TEXT_SUFFIXES = {".txt", ".log"}
 PARQUET_SUFFIXES = {".parquet"}
+YAML_SUFFIXES = {".yaml", ".yml"}
 
 
 @dataclass(slots=True)
@@ -96,6 +97,9 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
                     yield Malformed(location, str(exc), line.decode("utf-8", "backslashreplace"))
         return
     data = path.read_bytes()
+    if suffix in YAML_SUFFIXES:
+        yield _yaml_document(path, data)
+        return
     if suffix in TEXT_SUFFIXES:
         try:
             yield Document(str(path), data.decode("utf-8"))
@@ -112,6 +116,18 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
             yield Malformed(str(path), str(exc), data.decode("utf-8", "backslashreplace"))
             return
         yield Document(str(path), text)
+
+
+def _yaml_document(path: Path, data: bytes) -> Document | Malformed:
+    """SWE-agent writes its demonstrations as YAML; safe_load builds plain data, never objects."""
+    import yaml
+
+    try:
+        return Document(str(path), yaml.safe_load(data.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        return Malformed(str(path), f"invalid UTF-8 at byte {exc.start}", data.decode("utf-8", "backslashreplace"))
+    except yaml.YAMLError as exc:
+        return Malformed(str(path), f"invalid YAML: {exc}", data.decode("utf-8"))
 
 
 def _parquet_documents(path: Path) -> Iterator[Document]:

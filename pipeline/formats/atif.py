@@ -1,0 +1,158 @@
+"""Harbor's Agent Trajectory Interchange Format (ATIF v1.x): one JSON object per run.
+
+`{schema_version: "ATIF-v1.x", session_id, agent, steps: [{step_id, source, message,
+reasoning_content, tool_calls: [{tool_call_id, function_name, arguments}],
+observation: {results: [{source_call_id, content}]}}]}`. An agent step holds its actions and
+their observations together: each tool call is a turn, answered by the result whose
+`source_call_id` is the call's id, or, for results without one, by the next result in order. An
+agent step with results but no tool calls (a harness that parses commands out of the message) is
+one turn whose action is the message.
+
+The first user step is the task; later user steps are skipped and counted. A system step is the
+agent's prompt (metadata["agent_system_prompt"]). A call without a result is skipped and counted
+when no answered action follows (the run ended there); one followed by answered actions leaves a
+hole in their history and quarantines the record.
+
+Domain: terminal when a call's name is a shell (bash, terminal, execute, ...; see domains.py),
+else the tools' signature, else mcp.
+"""
+
+from typing import Any
+
+from pipeline.formats.base import FormatAdapter
+from pipeline.formats.domains import domain_of_tools
+from pipeline.formats.tool_calls import parse_arguments, render_call
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_text
+
+SOURCES = {"system", "user", "agent"}
+
+
+class Adapter(FormatAdapter):
+    name = "atif"
+    default_domain = "mcp"
+    description = "Harbor ATIF v1.x (`schema_version: ATIF-v1.x`, `steps` with tool calls and observations)."
+
+    def detect(self, content: Any) -> bool:
+        return (
+            isinstance(content, dict)
+            and isinstance(content.get("schema_version"), str)
+            and content["schema_version"].startswith("ATIF-")
+            and isinstance(content.get("steps"), list)
+        )
+
+    def parse(self, record: Any, domain: str | None) -> Trajectory:
+        if not isinstance(record, dict):
+            raise RecordError(f"expected a JSON object, got {type(record).__name__}")
+        steps = record.get("steps")
+        if not isinstance(steps, list):
+            raise RecordError("steps: expected a list")
+        turns: list[Turn] = []
+        task: str | None = None
+        system_prompts: list[str] = []
+        skipped_user = unanswered = 0
+        gap: str | None = None  # the first step with a call no result answers
+        for index, step in enumerate(steps):
+            where = f"steps[{index}]"
+            if not isinstance(step, dict):
+                raise RecordError(f"{where}: expected an object, got {type(step).__name__}")
+            source = require_text(step.get("source"), f"{where}.source")
+            if source not in SOURCES:
+                raise RecordError(f"{where}.source: expected one of {', '.join(sorted(SOURCES))}, got {source!r}")
+            message = require_text(step.get("message", ""), f"{where}.message")
+            if source == "system":
+                system_prompts.append(message)
+            elif source == "user":
+                if task is None:
+                    task = message
+                else:
+                    skipped_user += 1
+            else:
+                step_turns, missing = _agent_turns(step, where)
+                if step_turns and gap is not None:
+                    raise RecordError(f"{gap}: a tool call without an observation result, before later actions")
+                if missing and gap is None:
+                    gap = where
+                unanswered += missing
+                turns.extend(step_turns)
+        if not turns:
+            raise RecordError(f"no environment actions: {len(steps)} steps, none an agent action with an observation")
+        agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
+        metadata: dict[str, Any] = {
+            "session_id": record.get("session_id"),
+            "schema_version": record.get("schema_version"),
+            "agent": {k: agent[k] for k in ("name", "version", "model_name") if k in agent},
+            "user_messages_skipped": skipped_user,
+            "unanswered_actions": unanswered,
+        }
+        if system_prompts:
+            metadata["agent_system_prompt"] = "\n\n".join(system_prompts)
+        return Trajectory(
+            source="",
+            domain=domain or domain_of_tools((t.tool_name for t in turns), self.default_domain),
+            turns=turns,
+            system=SystemPrompt(),
+            task=task,
+            metadata=metadata,
+            format=self.name,
+        )
+
+
+def _agent_turns(step: dict[str, Any], where: str) -> tuple[list[Turn], int]:
+    """The turns of one agent step, and how many of its calls have no result."""
+    calls = step.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise RecordError(f"{where}.tool_calls: expected a list, got {type(calls).__name__}")
+    observation = step.get("observation") or {}
+    if not isinstance(observation, dict) or not isinstance(observation.get("results", []), list):
+        raise RecordError(f"{where}.observation.results: expected a list")
+    results = observation.get("results", [])
+    for number, result in enumerate(results):
+        if not isinstance(result, dict):
+            raise RecordError(f"{where}.observation.results[{number}]: expected an object")
+    message = step.get("message") or ""
+    reasoning = step.get("reasoning_content")
+    thought = "\n\n".join(t for t in (reasoning, message) if isinstance(t, str) and t)
+    if not calls:
+        if not results:
+            return [], 0
+        text = "\n".join(_result_text(r, f"{where}.observation.results[{n}]") for n, r in enumerate(results))
+        return [Turn(action=message, observation=text, metadata={"thought": reasoning} if reasoning else {})], 0
+
+    by_id = {r["source_call_id"]: n for n, r in enumerate(results) if isinstance(r.get("source_call_id"), str)}
+    in_order = [n for n, r in enumerate(results) if not isinstance(r.get("source_call_id"), str)]
+    turns, missing = [], 0
+    for number, call in enumerate(calls):
+        call_where = f"{where}.tool_calls[{number}]"
+        if not isinstance(call, dict):
+            raise RecordError(f"{call_where}: expected an object, got {type(call).__name__}")
+        name = require_text(call.get("function_name"), f"{call_where}.function_name")
+        arguments = parse_arguments(call.get("arguments"), f"{call_where}.arguments")
+        call_id = require_text(call.get("tool_call_id"), f"{call_where}.tool_call_id")
+        answer = by_id.pop(call_id, None)
+        if answer is None and in_order:
+            answer = in_order.pop(0)
+        if answer is None:
+            missing += 1
+            continue
+        metadata = {"thought": thought} if thought and not turns else {}
+        turns.append(
+            Turn(
+                action=render_call(name, arguments),
+                observation=_result_text(results[answer], f"{where}.observation.results[{answer}]"),
+                tool_name=name,
+                metadata=metadata,
+            )
+        )
+    return turns, missing
+
+
+def _result_text(result: dict[str, Any], where: str) -> str:
+    """A result's content; a delegated subagent's result without content is its reference."""
+    content = result.get("content")
+    if isinstance(content, (str, list)):
+        return as_text(content)
+    if content is not None:
+        raise RecordError(f"{where}.content: expected a string, got {type(content).__name__}")
+    if result.get("subagent_trajectory_ref") is not None:
+        return as_text(result["subagent_trajectory_ref"])
+    raise RecordError(f"{where}: a result with neither `content` nor `subagent_trajectory_ref`")
