@@ -61,3 +61,8 @@ def test_cli_reports_config_error_with_exit_code_2(tmp_path: Path):
     result = CliRunner().invoke(app, ["--config", str(path), "config"])
     assert result.exit_code == 2
     assert "filter.min_turns" in result.output and str(path) in result.output
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "data" / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path: Path):
+    load_config(path)
