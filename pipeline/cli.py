@@ -86,6 +86,15 @@ def ingest(
     _report(result)
 
 
+@app.command("filter")
+def filter_trajectories() -> None:
+    """Apply the trajectory- and turn-level rules; every drop is recorded with its rule and reason."""
+    from stages import filter as stage
+
+    with _store() as store:
+        _report(stage.run(_config(), store))
+
+
 @app.command()
 def formats() -> None:
     """List the ingestion format adapters, in detection order."""
@@ -168,6 +177,89 @@ def _plain(value: Any) -> Any:
         return str(value)
     return value
 
+
+
+@app.command("run")
+def run_pipeline(
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    stages: Annotated[
+        str | None, typer.Option(help="Comma-separated stages, e.g. ingest,filter (default: orchestration.stages).")
+    ] = None,
+) -> None:
+    """Run the stages as the `world-model-pipeline` Prefect flow, locally: no server, no API key.
+
+    A stage whose fingerprint already completed is skipped; one that failed part-way resumes.
+    """
+    from pipeline.config.orchestration import STAGE_ORDER
+    from pipeline.prefect_env import configure
+
+    if config is not None:
+        _state["config_path"] = config
+    _state["overrides"] = [*_state.get("overrides", []), *(set_ or [])]
+    _state.pop("config", None)  # parsed again with this command's --config and --set
+    chosen = [name.strip() for name in stages.split(",") if name.strip()] if stages else None
+    unknown = sorted(set(chosen or []) - set(STAGE_ORDER))
+    if unknown:
+        console.print(f"[red]unknown stage(s)[/red] {', '.join(unknown)}; stages are {', '.join(STAGE_ORDER)}")
+        raise typer.Exit(2)
+    configure(_config().workspace.prefect_home)
+    from flows.dag import StageFailed
+    from flows.world_model import world_model_pipeline
+
+    path = _state.get("config_path")
+    failure = None
+    try:
+        outcomes = world_model_pipeline(config_path=str(path) if path else None, stages=chosen, overrides=_state["overrides"])
+    except StageFailed as exc:
+        outcomes, failure = exc.outcomes, exc
+    if outcomes:
+        table = Table("stage", "status", "fingerprint", "summary")
+        for outcome in outcomes:
+            table.add_row(outcome.stage, outcome.status, outcome.fingerprint, outcome.summary)
+        Console().print(table)
+    if failure is not None:
+        console.print(f"[red]{failure}[/red]; rerun the same command to resume", highlight=False)
+        raise typer.Exit(1)
+
+
+server_app = typer.Typer(help="A local Prefect server (UI) and process worker for this workspace.", no_args_is_help=True)
+app.add_typer(server_app, name="server")
+
+
+@server_app.command("start")
+def server_start(
+    port: Annotated[int, typer.Option(help="Port of the server and its UI, on 127.0.0.1.")] = 4200,
+    gpu_slots: Annotated[int, typer.Option(help="Slots of the `gpu` concurrency limit: GPUs on this machine.")] = 1,
+) -> None:
+    """Start the server and a worker in the background, create the pool, deploy deploy/prefect.yaml."""
+    from pipeline.prefect_server import LocalServer, ServerError
+
+    server = LocalServer(_config().workspace.prefect_home, port)
+    try:
+        server.start(gpu_slots)
+    except ServerError as exc:
+        console.print(f"[red]server:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`")
+    console.print(f"export PREFECT_API_URL={server.api_url} to use the prefect CLI against it; logs in {server.home}")
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the worker and the server this workspace started."""
+    from pipeline.prefect_server import LocalServer
+
+    stopped = LocalServer.of_workspace(_config().workspace.prefect_home).stop()
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@server_app.command("status")
+def server_status() -> None:
+    """Whether this workspace's server and worker are running, and where."""
+    from pipeline.prefect_server import LocalServer
+
+    print(json.dumps(LocalServer.of_workspace(_config().workspace.prefect_home).status(), indent=2))
 
 if __name__ == "__main__":
     sys.exit(app())

@@ -33,7 +33,9 @@ DEFAULT_MALFORMED_ACTION_PATTERNS = [
     r"(?i)^\s*(error: )?(unknown|no such) (tool|function|action)\b",
     r"(?i)please (always )?(provide|include) exactly one (bash )?(code block|action|command)",
     r"(?i)failed to parse (the )?(tool call|function call|action|arguments)",
-    r"(?i)^\s*nothing happens\.?\s*$",
+    # Not ALFWorld's "Nothing happens.": that is the game's real answer to an action it cannot
+    # carry out, and predicting it is part of simulating the game. A retry cycle is an action the
+    # harness rejected before it reached the environment.
 ]
 
 
