@@ -141,4 +141,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                     WHERE d.trajectory_id = u.trajectory_id AND d.turn_index = u.turn_index)""",
         ],
     ),
+    (
+        2,
+        "stage run summaries",
+        [
+            # The stage's one-line summary, so a skipped stage reports what its completed run did.
+            "ALTER TABLE stage_runs ADD COLUMN summary VARCHAR",
+        ],
+    ),
 ]

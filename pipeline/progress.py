@@ -7,6 +7,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 
+# Also told of every advance, as observer(description, completed, total): the Prefect flows publish
+# it as a progress artifact (flows/artifacts.py), so stages stay free of Prefect.
+OBSERVERS: list[Callable[[str, int, int | None], None]] = []
+
+
 @contextmanager
 def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """Yields `advance(n)`. Rich draws nothing on a non-terminal (CI logs, Prefect workers)."""
@@ -14,4 +19,13 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
     console = Console(stderr=True)
     with Progress(*columns, transient=True, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n: progress.advance(task, n)
+        completed = 0
+
+        def advance(n: int) -> None:
+            nonlocal completed
+            completed += n
+            progress.advance(task, n)
+            for observer in OBSERVERS:
+                observer(description, completed, total)
+
+        yield advance

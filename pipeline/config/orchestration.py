@@ -1,20 +1,41 @@
-"""Configuration of how `simulacra run` and the Prefect flows chain the stages."""
+"""Configuration of how `simulacra run` and the Prefect flows chain the stages.
 
-from pydantic import Field
+`STAGE_ORDER` is the DAG (DESIGN.md, "Data flow"); a new stage joins it here, declares its inputs in
+pipeline/fingerprint.py, and is a module `stages/<name>.py` with `run(config, store) -> StageResult`.
+"""
+
+from pydantic import Field, field_validator
 
 from pipeline.config.base import Section
 
 STAGE_ORDER = ("ingest", "filter", "score", "split", "cpt")
+# Stages that train or generate with a model: they hold a slot of the `gpu` concurrency limit.
+GPU_STAGES = frozenset({"cpt"})
 
 
 class OrchestrationConfig(Section):
     stages: list[str] = Field(
         default_factory=lambda: list(STAGE_ORDER),
-        description="Stages `simulacra run` executes, in DAG order. A stage left out is not run; its "
-        "downstream stages still read whatever the store holds.",
+        description="Stages `simulacra run` executes; they always run in DAG order. A stage left out is not "
+        "run; its downstream stages still read whatever the store holds.",
+    )
+    gpu_concurrency_limit: str | None = Field(
+        default="gpu",
+        description="Prefect global concurrency limit whose slots GPU stages take, one each, so runs never "
+        "oversubscribe the GPUs (`simulacra server start` creates it). Ignored without a Prefect server "
+        "(one run at a time anyway); None disables it.",
     )
     fail_stage: str | None = Field(
         default=None,
-        description="Fault hook for resume tests and drills: the named stage raises after persisting part of "
-        "its work. Never set it in production.",
+        description="Fault hook for resume tests and drills: the named stage raises once per workspace, after "
+        "persisting part of its work. Never set it in production.",
     )
+
+    @field_validator("stages", "fail_stage")
+    @classmethod
+    def _known_stages(cls, value: list[str] | str | None) -> list[str] | str | None:
+        names = [value] if isinstance(value, str) else value or []
+        unknown = [name for name in names if name not in STAGE_ORDER]
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGE_ORDER)}")
+        return value

@@ -1,0 +1,170 @@
+"""The stages as Prefect tasks, run in DAG order, skipped or resumed by their fingerprints.
+
+For each stage, in `STAGE_ORDER`:
+1. its fingerprint is computed from the store as it is now (pipeline/fingerprint.py);
+2. if `stage_runs` holds a completed run with that fingerprint, the stage is skipped: a `skipped`
+   row is recorded and the completed run's metrics are returned;
+3. otherwise the stage runs as a Prefect task (between `started` and `completed`/`failed` rows),
+   resuming from whatever an earlier, failed run persisted, and publishes its artifacts.
+
+The task is cached by Prefect under `<stage>-<fingerprint>` with its result persisted in the
+workspace, so the UI shows a skipped stage as Cached. The cache is only read when `stage_runs`
+already says the stage is done (`refresh_cache` otherwise): the store decides, not the cache
+(PrefectHQ/prefect#21727; a cache entry also outlives a deleted store).
+"""
+
+import importlib
+import importlib.util
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
+from pipeline import stage_runs
+from pipeline.config import SimulacraConfig, load_config, parse_override
+from pipeline.config.orchestration import GPU_STAGES, STAGE_ORDER
+from pipeline.fingerprint import stage_fingerprint
+from pipeline.stage import StageResult
+from pipeline.store import open_store
+
+
+@dataclass
+class StageOutcome:
+    """What the flow reports for one stage: `ran` or `skipped` (a failure raises StageFailed)."""
+
+    stage: str
+    status: str
+    fingerprint: str
+    summary: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    output_path: str | None = None
+
+    @classmethod
+    def of(cls, status: str, fingerprint: str, result: StageResult) -> "StageOutcome":
+        output = str(result.output_path) if result.output_path else None
+        return cls(result.stage, status, fingerprint, result.summary, result.metrics, output)
+
+
+class StageFailed(RuntimeError):
+    """A stage raised; carries the outcomes of the stages before it. Args stay (message, outcomes)
+    so that the exception pickles, as Prefect stores it with the failed state."""
+
+    def __init__(self, message: str, outcomes: list[StageOutcome]):
+        super().__init__(message, outcomes)
+
+    @property
+    def outcomes(self) -> list[StageOutcome]:
+        return self.args[1]
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def training_sections() -> list[str]:
+    """Config sections with a `max_steps` field: the stages the `max_steps` parameter applies to."""
+    return [
+        name
+        for name, info in SimulacraConfig.model_fields.items()
+        if "max_steps" in getattr(info.annotation, "model_fields", {})
+    ]
+
+
+def resolve_config(
+    config_path: str | None, overrides: Sequence[str] | None, base_model: str | None, max_steps: int | None
+) -> SimulacraConfig:
+    """The config a flow run uses: the file, then `key=value` overrides, then the typed shortcuts."""
+    layers = [parse_override(text) for text in overrides or []]
+    if base_model is not None:
+        layers.append({"model": {"base": base_model}})
+    if max_steps is not None:
+        layers += [{section: {"max_steps": max_steps}} for section in training_sections()]
+    return load_config(config_path, layers)
+
+
+def stage_runner(stage: str):
+    """`stages.<stage>.run`; a stage whose module has not been written yet is a clear error."""
+    if importlib.util.find_spec(f"stages.{stage}") is None:
+        raise ValueError(f"stage {stage!r} is in the DAG but stages/{stage}.py does not exist yet")
+    return importlib.import_module(f"stages.{stage}").run
+
+
+def _connected_to_server() -> bool:
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url is not None
+
+
+@contextmanager
+def gpu_slot(config: SimulacraConfig, stage: str) -> Iterator[None]:
+    """One slot of the global `gpu` concurrency limit while a GPU stage runs (a team's server only:
+    the temporary local server of `simulacra run` serves one run, and has no such limit)."""
+    limit = config.orchestration.gpu_concurrency_limit
+    if stage not in GPU_STAGES or limit is None or not _connected_to_server():
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(limit, occupy=1):
+        yield
+
+
+@task(persist_result=True)
+def run_stage(config: SimulacraConfig, stage: str, fingerprint: str) -> StageOutcome:
+    runner = stage_runner(stage)
+    with open_store(config) as store:
+        completed = stage_runs.completed_run(store, stage, fingerprint)
+        if completed is not None:  # the cache was asked but missed: the store still decides
+            return StageOutcome.of("skipped", fingerprint, completed.result())
+        with gpu_slot(config, stage), stage_progress(stage):
+            result = stage_runs.execute(store, stage, fingerprint, lambda: runner(config, store))
+    publish_stage(stage, fingerprint, result)
+    get_run_logger().info("%s: %s", stage, result.summary)
+    return StageOutcome.of("ran", fingerprint, result)
+
+
+def _run_one(config: SimulacraConfig, stage: str) -> StageOutcome:
+    with open_store(config) as store:
+        fingerprint = stage_fingerprint(config, store, stage)
+        completed = stage_runs.completed_run(store, stage, fingerprint)
+        if completed is not None:
+            stage_runs.record_skip(store, completed)
+    cached = run_stage.with_options(
+        name=stage,
+        cache_key_fn=lambda context, parameters: f"{stage}-{fingerprint}",
+        result_storage=config.workspace.prefect_home / "results",
+        refresh_cache=completed is None,
+    )
+    outcome = cached(config, stage, fingerprint)
+    if completed is not None:
+        get_run_logger().info("%s: skipped, fingerprint %s already completed", stage, fingerprint)
+        return StageOutcome.of("skipped", fingerprint, completed.result())
+    return outcome
+
+
+def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutcome]:
+    """Run the named stages in DAG order; raises StageFailed at the first that fails."""
+    unknown = sorted(set(stages) - set(STAGE_ORDER))
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGE_ORDER)}")
+    ordered = [name for name in STAGE_ORDER if name in stages]
+    for name in ordered:
+        stage_runner(name)  # every module exists before the first stage starts
+    pipeline_progress = ProgressArtifact("pipeline-progress", f"stages done of {', '.join(ordered)}")
+    pipeline_progress.report(0.0)
+    outcomes: list[StageOutcome] = []
+    for done, name in enumerate(ordered, start=1):
+        try:
+            outcomes.append(_run_one(config, name))
+        except Exception as exc:
+            raise StageFailed(f"stage {name!r} failed: {exc}", outcomes) from exc
+        pipeline_progress.report(100.0 * done / len(ordered), force=True)
+    return outcomes
+
+
+def config_stages(config: SimulacraConfig, stages: Sequence[str] | None) -> list[str]:
+    """The stages a run asked for, or else the config's `orchestration.stages`."""
+    return list(stages) if stages else list(config.orchestration.stages)
+

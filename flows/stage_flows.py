@@ -1,0 +1,38 @@
+"""One flow per stage, for rerunning a single stage from the UI (deploy/prefect.yaml deploys each).
+
+A stage flow is the pipeline flow restricted to that stage: the same fingerprints, the same skip and
+resume. A new stage adds one line here and one deployment in deploy/prefect.yaml.
+"""
+
+from prefect import Flow, flow
+
+from flows.dag import StageOutcome, resolve_config, run_stages
+
+
+def stage_flow(stage: str) -> Flow:
+    @flow(name=stage, description=f"Run the {stage} stage alone (skipped if its fingerprint already completed).")
+    def run_one_stage(
+        config_path: str | None = None,
+        overrides: list[str] | None = None,
+        base_model: str | None = None,
+        max_steps: int | None = None,
+    ) -> list[StageOutcome]:
+        """Run one stage of the pipeline.
+
+        Args:
+            config_path: Simulacra YAML config, relative to the project folder the worker runs in
+                (e.g. data/configs/demo.yaml). Empty: the defaults.
+            overrides: Config overrides as KEY.PATH=VALUE, e.g. `cpt.learning_rate=1e-4`, applied after the file.
+            base_model: Hugging Face name or local path of the model training starts from (`model.base`).
+            max_steps: Optimizer steps of every training stage (`cpt.max_steps`, ...), for quick runs.
+        """
+        return run_stages(resolve_config(config_path, overrides, base_model, max_steps), [stage])
+
+    return run_one_stage
+
+
+ingest_flow = stage_flow("ingest")
+filter_flow = stage_flow("filter")
+score_flow = stage_flow("score")
+split_flow = stage_flow("split")
+cpt_flow = stage_flow("cpt")

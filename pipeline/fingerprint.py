@@ -1,0 +1,172 @@
+"""A stage's fingerprint: the hash that decides whether its completed output can be reused.
+
+DESIGN.md ("Data flow"): every stage is a function of its config sections, the fingerprints of its
+inputs and the code version; the triple hashes to the fingerprint. Here:
+
+- config: `config.section_hash(name)` of each section the stage reads (defaults included);
+- inputs: what the stage reads, measured where it lives. Source files by path, size and
+  modification time (ingest); store relations by `store.table_fingerprint` over the columns that
+  carry meaning (ids are content hashes, so a trajectory's text cannot change under its id);
+  the base model by its identity. Measuring the data itself rather than chaining upstream
+  fingerprints means a stage run from the CLI, by the nightly refresh or by a flow all count;
+- code: the package version and a digest of the source of every project module the stage's
+  module imports, directly or not (stages/cpt.py alone would miss a change to
+  pipeline/sequences.py).
+
+A later stage (sft, rl, evaluate, export) adds one entry to `STAGE_INPUTS`.
+"""
+
+import ast
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import SimulacraConfig
+from pipeline.sources import expand
+from pipeline.store import Store
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_PACKAGES = ("pipeline", "stages")
+
+InputProbe = Callable[[SimulacraConfig, Store], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    sections: tuple[str, ...]  # config sections the stage reads
+    probe: InputProbe  # fingerprints of what it reads outside the config
+
+
+def relations(*read: tuple[str, str]) -> InputProbe:
+    """Fingerprints of store relations, each given as (relation, columns that matter)."""
+    return lambda config, store: {relation: store.table_fingerprint(relation, columns) for relation, columns in read}
+
+
+def source_files(specs: list[str]) -> str:
+    """Digest of the inputs the specs expand to: a new, removed or rewritten file changes it.
+
+    Size and modification time stand in for content (hashing a corpus on every run would cost more
+    than the ingest it might skip); ingest itself then skips unchanged files by their sha256.
+    """
+    digest = hashlib.sha256()
+    for spec in specs:
+        digest.update(spec.encode() + b"\0")
+        for item in expand(spec):
+            if item.is_hf:
+                digest.update(item.digest().encode())
+                continue
+            stat = Path(item.path).stat()
+            digest.update(f"{item.path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _ingest_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
+    return {"sources": source_files([source.path for source in config.ingest.sources])}
+
+
+def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
+    # Imported here: they bring numpy, which the data stages do not need.
+    from pipeline.models import model_identity
+    from pipeline.snapshot import pools_fingerprint
+    from pipeline.world_knowledge import corpus_fingerprint
+
+    # The tiny model is built from the model section and the cpt pool, both covered already.
+    base = config.model.base
+    return {
+        "pools": pools_fingerprint(store, ("cpt", "eval")),
+        "world_knowledge": corpus_fingerprint(config.cpt.world_knowledge),
+        "base_model": model_identity(base) if base is not None else "tiny",
+    }
+
+
+# Turn ids are content hashes: the key columns identify the text as well.
+KEPT_TURNS = ("kept_turns", "trajectory_id, turn_index")
+
+STAGE_INPUTS: dict[str, StageInputs] = {
+    "ingest": StageInputs(("ingest",), _ingest_inputs),
+    "filter": StageInputs(("filter",), relations(("trajectories", "trajectory_id"))),
+    "score": StageInputs(("score",), relations(KEPT_TURNS)),
+    "split": StageInputs(("split",), relations(("kept_trajectories", "trajectory_id"), KEPT_TURNS)),
+    "cpt": StageInputs(("cpt", "model"), _cpt_inputs),
+}
+
+
+def package_version() -> str:
+    try:
+        return version("simulacra")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _module_file(module: str) -> Path | None:
+    base = PROJECT_ROOT.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_modules(file: Path, module: str) -> set[str]:
+    """Project modules a file imports, anywhere in it (imports inside functions count)."""
+    package = module if file.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"), str(file))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found.add(base)
+            # `from pipeline import formats` imports a module; `from pipeline.x import name` may not.
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] in PROJECT_PACKAGES and _module_file(name)}
+
+
+def import_closure(stage: str) -> dict[str, Path]:
+    """Project modules `stages.<stage>` imports, directly or through others, with their files."""
+    seen: dict[str, Path] = {}
+    pending = [f"stages.{stage}"]
+    while pending:
+        module = pending.pop()
+        file = _module_file(module)
+        if module in seen or file is None:
+            continue
+        seen[module] = file
+        pending.extend(_imported_modules(file, module) - seen.keys())
+    if f"stages.{stage}" not in seen:
+        raise ValueError(f"stage {stage!r} has no module stages/{stage}.py")
+    return seen
+
+
+@cache
+def code_version(stage: str) -> str:
+    """Package version + digest of the sources of the stage's import closure."""
+    digest = hashlib.sha256()
+    for module, file in sorted(import_closure(stage).items()):
+        digest.update(module.encode() + b"\0" + file.read_bytes() + b"\0")
+    return f"{package_version()}+{digest.hexdigest()[:12]}"
+
+
+def fingerprint_inputs(config: SimulacraConfig, store: Store, stage: str) -> dict[str, Any]:
+    """Everything the fingerprint hashes, readable (it is recorded with the run)."""
+    if stage not in STAGE_INPUTS:
+        raise ValueError(f"stage {stage!r} declares no inputs in pipeline/fingerprint.py STAGE_INPUTS")
+    inputs = STAGE_INPUTS[stage]
+    return {
+        "stage": stage,
+        "config": {name: config.section_hash(name) for name in inputs.sections},
+        "inputs": inputs.probe(config, store),
+        "code": code_version(stage),
+    }
+
+
+def stage_fingerprint(config: SimulacraConfig, store: Store, stage: str) -> str:
+    payload = json.dumps(fingerprint_inputs(config, store, stage), sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,0 +1,131 @@
+"""Fingerprints change exactly when a stage's config, inputs or code change; `stage_runs` decides
+what is done (no Prefect here: the same rules hold for the CLI and the flows)."""
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline import stage_runs
+from pipeline.config import load_config
+from pipeline.fingerprint import STAGE_INPUTS, import_closure, stage_fingerprint
+from pipeline.stage import StageResult
+from pipeline.store import Store
+from stages import filter as filter_stage
+from stages import ingest
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+# Stages are written in parallel; each joins these tests when its module lands.
+WRITTEN = [stage for stage in STAGE_INPUTS if importlib.util.find_spec(f"stages.{stage}")]
+
+
+def workspace_config(tmp_path: Path, **sections):
+    sources = [{"name": "terminal", "path": str(tmp_path / "sources")}]
+    return load_config(None, [{"workspace": {"path": str(tmp_path / "ws")}, "ingest": {"sources": sources}}, sections])
+
+
+@pytest.fixture
+def sources(tmp_path: Path) -> Path:
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    shutil.copy(DEMO / "terminal.jsonl", folder / "terminal.jsonl")
+    return folder
+
+
+def fingerprints(config) -> dict[str, str]:
+    with Store(config.workspace.database_path) as store:
+        return {stage: stage_fingerprint(config, store, stage) for stage in WRITTEN}
+
+
+def add_source_file(config, sources: Path) -> None:
+    shutil.copy(DEMO / "flawed.jsonl", sources / "flawed.jsonl")
+
+
+def ingest_sources(config, sources: Path) -> None:
+    with Store(config.workspace.database_path) as store:
+        ingest.run(config, store)
+
+
+def judge(config, sources: Path) -> None:
+    with Store(config.workspace.database_path) as store:
+        ingest.run(config, store)
+        filter_stage.run(config, store)
+
+
+def no_change(config, sources: Path) -> None:
+    return None
+
+
+# (what happens, how, config overrides of the second measurement, stages whose fingerprint must change)
+CHANGES = [
+    ("nothing", no_change, {}, set()),
+    ("a file appears in a source folder", add_source_file, {}, {"ingest"}),
+    ("trajectories are ingested", ingest_sources, {}, {"filter"}),
+    ("the filter keeps other turns", judge, {}, {"filter", "score", "split"}),
+    ("a filter threshold changes", no_change, {"filter": {"min_turns": 3}}, {"filter"}),
+    ("a keep ratio changes", no_change, {"score": {"keep_ratios": {"echo": 0.2}}}, {"score"}),
+    ("the pool salt changes", no_change, {"split": {"salt": "other"}}, {"split"}),
+    ("the step count changes", no_change, {"cpt": {"max_steps": 7}}, {"cpt"}),
+    ("the base model changes", no_change, {"model": {"base": "Qwen/Qwen3-0.6B"}}, {"cpt"}),
+    ("only orchestration changes", no_change, {"orchestration": {"stages": ["ingest"]}}, set()),
+]
+
+
+@pytest.mark.parametrize("event,act,overrides,changed", CHANGES, ids=[c[0] for c in CHANGES])
+def test_a_fingerprint_changes_when_what_its_stage_reads_changes(tmp_path, sources, event, act, overrides, changed):
+    config = workspace_config(tmp_path)
+    before = fingerprints(config)
+    act(config, sources)
+    after = fingerprints(workspace_config(tmp_path, **overrides))
+    assert {stage for stage in before if before[stage] != after[stage]} == changed & set(WRITTEN)
+
+
+def test_code_version_covers_the_modules_a_stage_imports_indirectly():
+    closure = import_closure("filter")
+    assert {"stages.filter", "pipeline.filters.turn_rules", "pipeline.filters.loading", "pipeline.store"} <= closure.keys()
+    assert "stages.ingest" not in closure
+
+
+def test_a_stage_without_a_module_is_named():
+    with pytest.raises(ValueError, match="stages/evaluate.py"):
+        import_closure("evaluate")
+
+
+def test_a_run_is_recorded_started_then_completed_with_metrics_summary_and_output(tmp_path, store):
+    output = tmp_path / "out"
+    output.mkdir()
+    result = StageResult("score", metrics={"turns": 3}, output_path=output, summary="scored 3 turns")
+    stage_runs.execute(store, "score", "fp1", lambda: result)
+    [run] = stage_runs.history(store)
+    assert (run.status, run.metrics, run.output_path, run.summary) == ("completed", {"turns": 3}, str(output), "scored 3 turns")
+    assert stage_runs.completed_run(store, "score", "fp1").run_id == run.run_id
+    assert stage_runs.completed_run(store, "score", "fp2") is None
+
+
+def test_a_failed_run_records_the_error_and_reraises(store):
+    def broken() -> StageResult:
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        stage_runs.execute(store, "split", "fp1", broken)
+    [run] = stage_runs.history(store)
+    assert run.status == "failed" and "disk full" in run.error
+    assert stage_runs.completed_run(store, "split", "fp1") is None
+
+
+def test_a_completed_run_whose_output_was_removed_is_not_done(tmp_path, store):
+    output = tmp_path / "model"
+    output.mkdir()
+    stage_runs.execute(store, "cpt", "fp1", lambda: StageResult("cpt", output_path=output, summary="trained"))
+    output.rmdir()
+    assert stage_runs.completed_run(store, "cpt", "fp1") is None
+
+
+def test_a_skip_points_at_the_completed_run_and_returns_its_result(store):
+    stage_runs.execute(store, "filter", "fp1", lambda: StageResult("filter", metrics={"kept": 5}, summary="kept 5"))
+    completed = stage_runs.completed_run(store, "filter", "fp1")
+    stage_runs.record_skip(store, completed)
+    assert [run.status for run in stage_runs.history(store, "filter")] == ["completed", "skipped"]
+    result = completed.result()
+    assert (result.stage, result.metrics, result.summary) == ("filter", {"kept": 5}, "kept 5")
