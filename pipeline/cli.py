@@ -95,6 +95,33 @@ def filter_trajectories() -> None:
         _report(stage.run(_config(), store))
 
 
+@app.command("init-model")
+def init_model(
+    text: Annotated[list[Path], typer.Argument(help="Text files or folders to train the tokenizer on.")],
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: <workspace>/models/tiny).")] = None,
+) -> None:
+    """Build the tiny offline model (tokenizer + random Qwen3/Llama) from local text: no model hub."""
+    from pipeline.models import tiny_model_dir
+    from pipeline.tiny_model import build_tiny_model
+
+    files = sorted(f for p in text for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+    if not files:
+        console.print(f"init-model: no text files under {', '.join(map(str, text))}")
+        raise typer.Exit(2)
+    config = _config()
+    path = build_tiny_model(config.model.tiny, files, out or tiny_model_dir(config))
+    console.print(f"tiny model written to {path} (tokenizer trained on {len(files)} files)", highlight=False)
+
+
+@app.command()
+def cpt() -> None:
+    """Continual pretraining on the cpt pool with keep-ratio loss masks and the world-knowledge mix."""
+    from stages import cpt as stage
+
+    with _store() as store:
+        _report(stage.run(_config(), store))
+
+
 @app.command()
 def formats() -> None:
     """List the ingestion format adapters, in detection order."""

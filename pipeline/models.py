@@ -1,0 +1,82 @@
+"""Loading the causal LM a training stage starts from: any HF model by name or path, or the tiny one.
+
+Nothing here places a model on a device. Under `accelerate launch` (DeepSpeed ZeRO-3, FSDP) the
+Trainer decides placement and sharding; a `.to(device)` here would break it.
+"""
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from pipeline.tiny_model import IM_END, IM_START
+
+# Files whose bytes identify a local model folder (weights are covered by the config and the
+# builder's seed for the tiny model; hashing gigabytes of weights per run would cost more than it tells).
+IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "tiny_model.json")
+
+
+def tiny_model_dir(config: Any) -> Path:
+    """Where the workspace keeps its tiny offline model (`simulacra init-model` writes it)."""
+    return config.workspace.root / "models" / "tiny"
+
+
+def base_model_ref(config: Any) -> str:
+    """The name or path training starts from: `model.base`, or the workspace's tiny model."""
+    return config.model.base if config.model.base is not None else str(tiny_model_dir(config))
+
+
+def model_identity(ref: str) -> str:
+    """A short digest that changes when the model a name or path refers to changes.
+
+    A local folder is identified by its config and tokenizer files; a hub name by the name itself
+    (a pinned revision belongs in the name: `org/model@rev` is not supported by from_pretrained,
+    so pin by downloading to a folder)."""
+    path = Path(ref)
+    digest = hashlib.sha256(ref.encode())
+    if path.is_dir():
+        for name in IDENTITY_FILES:
+            if (path / name).is_file():
+                digest.update(name.encode())
+                digest.update((path / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def training_dtype(choice: str):
+    """`model.dtype` as a torch dtype. auto: bfloat16 on a CUDA GPU that supports it, else float32
+    (CPUs train float32; fp16 without a loss scaler diverges, so auto never picks it)."""
+    import torch
+
+    if choice == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, choice)
+
+
+def load_tokenizer(ref: str, trust_remote_code: bool = False):
+    """The tokenizer of `ref`, with a pad token (base models often lack one: pad with end-of-sequence,
+    harmless because padded positions are masked out of attention and loss)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def ensure_chatml_tokens(tokenizer) -> list[str]:
+    """The CPT format is ChatML. A tokenizer without `<|im_start|>`/`<|im_end|>` as single tokens (Llama
+    base models, for one) gets them added as special tokens; returns those added, so the caller
+    resizes the model's embeddings."""
+    vocab = tokenizer.get_vocab()
+    missing = [token for token in (IM_START, IM_END) if token not in vocab]
+    if missing:
+        tokenizer.add_special_tokens({"additional_special_tokens": missing})
+    return missing
+
+
+def load_causal_lm(ref: str, dtype: str = "auto", trust_remote_code: bool = False):
+    """Any Hugging Face causal LM by hub name or local folder, on no particular device."""
+    from transformers import AutoModelForCausalLM
+
+    if not Path(ref).exists() and (ref.startswith((".", "/", "~")) or ref.count("/") > 1):
+        raise FileNotFoundError(f"model.base: {ref} is neither a local folder nor a hub name")
+    return AutoModelForCausalLM.from_pretrained(ref, dtype=training_dtype(dtype), trust_remote_code=trust_remote_code)

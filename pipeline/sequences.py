@@ -1,0 +1,333 @@
+"""Token sequences for continual pretraining: whole trajectories in ChatML with keep-ratio label masks.
+
+One sequence per trajectory, so N turns cost one forward pass instead of N prefixes (issue 4):
+
+    <|im_start|>system\\n{CPT system prompt}<|im_end|>\\n
+    <|im_start|>user\\n{action 1}<|im_end|>\\n
+    <|im_start|>assistant\\n{observation 1}<|im_end|>\\n
+    ... one user/assistant pair per turn
+
+Every piece (role header, content, end of turn) is tokenised on its own and the ids concatenated,
+so a piece's boundaries are exact and no retokenisation of the joined text can move them. Literal
+`<|im_end|>` text inside an action or observation is encoded as plain text, never as the special
+token, so data cannot forge a turn boundary.
+
+Labels (everything else is -100, and stays in `input_ids` as context):
+- Observation tokens only (SPEC.md, Stage 1). System prompt, actions and role headers never.
+- The `<|im_end|>` closing an observation is an observation token: the model learns where an
+  observation stops. It is subject to the keep ratio like the rest (counted honestly in the
+  per-category fraction), but when an observation keeps any token, its end is one of them.
+- Granularity: single tokens, not spans. Because masked tokens stay in the input, the loss on a
+  uniformly drawn subset of k*n tokens is an unbiased, lower-variance estimate of k times the full
+  observation loss; spans would add variance and favour whatever sits at span starts.
+- How many: k*(n+1) for n content tokens plus the end token, stochastically rounded (floor, plus
+  one with probability of the fractional part), so the expected fraction is exactly k even for short
+  observations.
+- Which: drawn by a generator seeded from (seed, trajectory_id, turn_index), so a turn's mask does not
+  depend on batch order, windowing or which other trajectories are in the run.
+
+Windows: a trajectory longer than `max_length` is cut into windows at turn boundaries. Each window
+repeats the system prompt and then holds whole (action, observation) turns, greedily, as many as
+fit; no turn is repeated, so every observation is in exactly one window. A single turn that does
+not fit in a window with the system prompt keeps its action and the head of its observation up to
+`max_length` (its tail and end token are cut, so the model is never taught to stop early); if not
+even one observation token fits after the action, the turn is dropped. A system prompt may fill at
+most half a window (SYSTEM_SHARE): a longer one (a long tool list) keeps its head, so the turns
+keep the other half instead of every turn being dropped. All three are counted.
+"""
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.tiny_model import IM_END, IM_START
+
+IGNORE_INDEX = -100
+# Most of a window the system prompt may take; the rest is for turns.
+SYSTEM_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredTurn:
+    turn_index: int
+    action: str
+    observation: str
+    category: str
+    keep_ratio: float
+
+
+@dataclass(slots=True)
+class TokenSequence:
+    input_ids: list[int]
+    labels: list[int]
+    source: str
+    kind: str = "trajectory"  # or "world_knowledge"
+    # Turns whose observation this sequence holds (empty for a world-knowledge document).
+    turn_indices: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LabelTally:
+    """What the sequences hold, per category: observation tokens present and labelled; and what
+    windowing had to cut or drop."""
+
+    observation_tokens: Counter = field(default_factory=Counter)
+    label_tokens: Counter = field(default_factory=Counter)
+    truncated_observations: int = 0
+    observation_tokens_cut: int = 0
+    dropped_turns: int = 0
+    unlabelled_windows: int = 0
+    truncated_system_prompts: int = 0
+
+    def merge(self, other: "LabelTally") -> None:
+        self.observation_tokens.update(other.observation_tokens)
+        self.label_tokens.update(other.label_tokens)
+        self.truncated_observations += other.truncated_observations
+        self.observation_tokens_cut += other.observation_tokens_cut
+        self.dropped_turns += other.dropped_turns
+        self.unlabelled_windows += other.unlabelled_windows
+        self.truncated_system_prompts += other.truncated_system_prompts
+
+    def fractions(self) -> dict[str, float]:
+        return {c: self.label_tokens[c] / n for c, n in sorted(self.observation_tokens.items()) if n}
+
+
+def turn_seed(seed: int, trajectory_id: str, turn_index: int) -> int:
+    key = f"{seed}\x1f{trajectory_id}\x1f{turn_index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
+def observation_label_choice(n_content: int, keep_ratio: float, seed: int) -> tuple[list[int], bool]:
+    """Which of an observation's content tokens are labels, and whether its end token is one."""
+    rng = np.random.default_rng(seed)
+    expected = keep_ratio * (n_content + 1)
+    count = int(expected) + int(rng.random() < expected - int(expected))
+    if count == 0:
+        return [], False
+    return sorted(rng.choice(n_content, size=count - 1, replace=False).tolist()), True
+
+
+@dataclass(slots=True)
+class _TurnBlock:
+    """One turn's ids: user header, action, end, assistant header, observation, end."""
+
+    turn: ScoredTurn
+    ids: list[int]
+    labels: list[int]
+    observation_start: int
+    observation_end: int  # index of the <|im_end|> closing the observation
+
+
+class SequenceBuilder:
+    def __init__(self, tokenizer, max_length: int, seed: int):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.seed = seed
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in (IM_START, IM_END) if t not in vocab]
+        if missing:
+            raise ValueError(f"tokenizer has no {' / '.join(missing)} token; CPT sequences are ChatML")
+        self.im_start, self.im_end = vocab[IM_START], vocab[IM_END]
+        self.eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.im_end
+        self.headers = {role: [self.im_start] + self.encode([f"{role}\n"])[0] for role in ("system", "user", "assistant")}
+        self.footer = [self.im_end] + self.encode(["\n"])[0]
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        # verbose=False: a long document is chunked afterwards, so the model_max_length warning is noise.
+        encoded = self.tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True, verbose=False)
+        return encoded["input_ids"]
+
+    def _turn_block(
+        self, trajectory_id: str, turn: ScoredTurn, action: list[int], observation: list[int], full_labels: bool
+    ) -> _TurnBlock:
+        user = self.headers["user"] + action + self.footer
+        assistant_header = self.headers["assistant"]
+        ids = user + assistant_header + observation + self.footer
+        start = len(user) + len(assistant_header)
+        end = start + len(observation)
+        labels = [IGNORE_INDEX] * len(ids)
+        if full_labels:
+            chosen, end_labelled = range(len(observation)), True
+        else:
+            chosen, end_labelled = observation_label_choice(
+                len(observation), turn.keep_ratio, turn_seed(self.seed, trajectory_id, turn.turn_index)
+            )
+        for position in chosen:
+            labels[start + position] = ids[start + position]
+        if end_labelled:
+            labels[end] = self.im_end
+        return _TurnBlock(turn, ids, labels, start, end)
+
+    def _cut(self, block: _TurnBlock, room: int, tally: LabelTally) -> _TurnBlock | None:
+        """A turn too long for any window: keep what fits if that includes an observation token."""
+        if room <= block.observation_start:
+            tally.dropped_turns += 1
+            return None
+        if room <= block.observation_end:
+            tally.truncated_observations += 1
+            tally.observation_tokens_cut += block.observation_end + 1 - room
+        return _TurnBlock(block.turn, block.ids[:room], block.labels[:room], block.observation_start, block.observation_end)
+
+    def trajectory_sequences(
+        self, trajectory_id: str, system_prompt: str, turns: Sequence[ScoredTurn], full_labels: bool = False
+    ) -> tuple[list[TokenSequence], LabelTally]:
+        """The windows of one trajectory. `full_labels` labels every observation token (keep ratio 1),
+        which is how held-out cross-entropy is measured."""
+        tally = LabelTally()
+        encoded = self.encode([system_prompt] + [t.action for t in turns] + [t.observation for t in turns])
+        room_for_prompt = int(self.max_length * SYSTEM_SHARE) - len(self.headers["system"]) - len(self.footer)
+        if len(encoded[0]) > room_for_prompt:
+            tally.truncated_system_prompts += 1
+        system = self.headers["system"] + encoded[0][:room_for_prompt] + self.footer
+        actions, observations = encoded[1 : 1 + len(turns)], encoded[1 + len(turns) :]
+        room = self.max_length - len(system)
+
+        windows: list[list[_TurnBlock]] = []
+        current: list[_TurnBlock] = []
+        used = 0
+        for turn, action, observation in zip(turns, actions, observations):
+            block = self._turn_block(trajectory_id, turn, action, observation, full_labels)
+            if len(block.ids) > room:
+                if current:
+                    windows.append(current)
+                current, used = [], 0
+                cut = self._cut(block, room, tally)
+                if cut is not None:
+                    windows.append([cut])
+                continue
+            if used + len(block.ids) > room:
+                windows.append(current)
+                current, used = [], 0
+            current.append(block)
+            used += len(block.ids)
+        if current:
+            windows.append(current)
+
+        sequences = []
+        for blocks in windows:
+            ids, labels = list(system), [IGNORE_INDEX] * len(system)
+            for block in blocks:
+                ids += block.ids
+                labels += block.labels
+                present = min(len(block.ids), block.observation_end + 1) - block.observation_start
+                tally.observation_tokens[block.turn.category] += present
+                tally.label_tokens[block.turn.category] += sum(1 for label in block.labels if label != IGNORE_INDEX)
+            if all(label == IGNORE_INDEX for label in labels):
+                tally.unlabelled_windows += 1
+                continue
+            sequences.append(TokenSequence(ids, labels, trajectory_id, turn_indices=[b.turn.turn_index for b in blocks]))
+        return sequences, tally
+
+    def document_sequences(self, source: str, text: str) -> list[TokenSequence]:
+        """A world-knowledge document: every token labelled (the first of a chunk has no context to be
+        predicted from, so it is not counted), ending with end-of-sequence, chunked to `max_length`."""
+        ids = self.encode([text])[0] + [self.eos]
+        sequences = []
+        for begin in range(0, len(ids), self.max_length):
+            chunk = ids[begin : begin + self.max_length]
+            if len(chunk) < 2:
+                continue
+            sequences.append(TokenSequence(chunk, [IGNORE_INDEX] + chunk[1:], source, "world_knowledge"))
+        return sequences
+
+
+class SequenceWriter:
+    """Appends sequences to a Parquet file a row group at a time, so a pool of any size is written in
+    bounded memory; the file appears under its name only when closed without error."""
+
+    def __init__(self, path: Path, rows_per_group: int = 1024):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.partial = path.with_name(path.name + ".partial")
+        self.rows_per_group = rows_per_group
+        self.schema = pa.schema(
+            [
+                ("input_ids", pa.list_(pa.int32())),
+                ("labels", pa.list_(pa.int32())),
+                ("source", pa.string()),
+                ("kind", pa.string()),
+                ("turn_indices", pa.list_(pa.int32())),
+            ]
+        )
+        self.writer = pq.ParquetWriter(self.partial, self.schema)
+        self.pending: list[TokenSequence] = []
+
+    def write(self, sequence: TokenSequence) -> None:
+        self.pending.append(sequence)
+        if len(self.pending) >= self.rows_per_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self.pending:
+            return
+        columns = {
+            "input_ids": [s.input_ids for s in self.pending],
+            "labels": [s.labels for s in self.pending],
+            "source": [s.source for s in self.pending],
+            "kind": [s.kind for s in self.pending],
+            "turn_indices": [s.turn_indices for s in self.pending],
+        }
+        self.writer.write_table(pa.table(columns, schema=self.schema))
+        self.pending = []
+
+    def __enter__(self) -> "SequenceWriter":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self._flush()
+        self.writer.close()
+        if kind is None:
+            self.partial.rename(self.path)
+        else:
+            self.partial.unlink(missing_ok=True)
+
+
+class ParquetSequences:
+    """A map-style dataset over a sequences Parquet file: rows as {input_ids, labels} lists."""
+
+    def __init__(self, paths: Sequence[Path]):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(p, columns=["input_ids", "labels"], memory_map=True) for p in paths]
+        table = pa.concat_tables(tables) if tables else pa.table({"input_ids": [], "labels": []})
+        self.input_ids = table.column("input_ids")
+        self.labels = table.column("labels")
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return {"input_ids": self.input_ids[index].as_py(), "labels": self.labels[index].as_py()}
+
+
+class PadCollator:
+    """Right-pads a batch: pad id in `input_ids`, -100 in `labels`, 0 in `attention_mask`."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, features: list[dict[str, list[int]]]):
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        input_ids = torch.full((len(features), width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long)
+        attention_mask = torch.zeros((len(features), width), dtype=torch.long)
+        for row, feature in enumerate(features):
+            n = len(feature["input_ids"])
+            input_ids[row, :n] = torch.tensor(feature["input_ids"])
+            labels[row, :n] = torch.tensor(feature["labels"])
+            attention_mask[row, :n] = 1
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}

@@ -1,0 +1,496 @@
+"""Stage 1, continual pretraining (SPEC.md): next-token loss on observation tokens, thinned by keep ratios.
+
+Read top to bottom, `run` does:
+1. (main process) check that every cpt-pool turn is scored; snapshot the cpt and eval pools to
+   Parquet (`runs/cpt/snapshots/<pools fingerprint>`); make sure the base model exists (the tiny
+   model is built from the cpt pool's own text when `model.base` is None); fingerprint the inputs;
+2. (main) build the token sequences (pipeline/sequences.py), mix in world knowledge, write them as
+   Parquet under the run's folder (`runs/cpt/<fingerprint>/sequences`); close the store;
+3. (every process) train with transformers' Trainer from those files, resuming from the last
+   checkpoint of the output folder if there is one;
+4. (main) save the HF folder (model + tokenizer), plot the loss, register the checkpoint.
+
+Held-out cross-entropy: the mean, over every observation token of eval-pool trajectories (keep
+ratio 1: the full observation, its closing `<|im_end|>` included), of the next-token cross-entropy,
+in the same windows as training; per token, not per batch, so long observations weigh by their
+length. Measured before training (step 0) and after.
+
+One GPU or many: `accelerate launch --config_file deploy/accelerate/zero3.yaml -m stages.cpt --config FILE`
+(or fsdp.yaml). Only the main process touches the store; the others wait, then read the same files.
+"""
+
+import argparse
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.faults import maybe_fail
+from pipeline.fingerprint import fingerprint_inputs, stage_fingerprint
+from pipeline.models import base_model_ref, ensure_chatml_tokens, load_causal_lm, load_tokenizer, training_dtype
+from pipeline.progress import progress_bar
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.sequences import (
+    IGNORE_INDEX,
+    LabelTally,
+    PadCollator,
+    ParquetSequences,
+    SequenceBuilder,
+    SequenceWriter,
+    TokenSequence,
+)
+from pipeline.snapshot import (
+    export_snapshot,
+    pool_size,
+    pools_fingerprint,
+    read_pool,
+    require_scores,
+)
+from pipeline.stage import StageResult
+from pipeline.tiny_model import IM_END, build_tiny_model
+from pipeline.world_knowledge import mix_world_knowledge
+
+STAGE = "cpt"
+POOLS = ("cpt", "eval")
+# Text the tiny model's tokenizer is trained on: 2M characters is far more than a 512-token BPE needs.
+TINY_CORPUS_CHARS = 2_000_000
+METRICS_FILE = "metrics.json"
+STATS_FILE = "stats.json"
+LOSS_CURVE = "loss_curve.png"
+COUNTS = (
+    "trajectories",
+    "trajectory_sequences",
+    "trajectory_tokens",
+    "trajectory_label_tokens",
+    "world_knowledge_sequences",
+    "world_knowledge_tokens",
+    "eval_sequences",
+    "eval_observation_tokens",
+)
+
+
+@dataclass(slots=True)
+class Plan:
+    """What every process needs to train: decided by the main process, broadcast to the others."""
+
+    output_dir: Path
+    snapshot_dir: Path
+    fingerprint: str
+    base_ref: str
+    done: bool
+
+    @property
+    def sequences_dir(self) -> Path:
+        return self.output_dir / "sequences"
+
+    @property
+    def trainer_dir(self) -> Path:
+        return self.output_dir / "trainer"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.output_dir / "model"
+
+
+def _tokenizer(config, base_ref: str):
+    tokenizer = load_tokenizer(base_ref, config.model.trust_remote_code)
+    return tokenizer, ensure_chatml_tokens(tokenizer)
+
+
+def _write_tiny_corpus(snapshot: Path, path: Path) -> None:
+    """The cpt pool as the model will see it (CPT system prompts, actions, observations), up to
+    TINY_CORPUS_CHARS: the tokenizer then has merges for the template's words too."""
+    written = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for trajectory in read_pool(snapshot, "cpt"):
+            texts = [render_cpt_system_prompt(trajectory.domain, trajectory.system)]
+            texts += [text for turn in trajectory.turns for text in (turn.action, turn.observation)]
+            for text in texts:
+                handle.write(text + "\n")
+                written += len(text) + 1
+            if written >= TINY_CORPUS_CHARS:
+                return
+
+
+def _ensure_base_model(config, snapshot: Path, base_ref: str) -> None:
+    """The tiny model, trained on the cpt pool's text so its tokenizer fits the domain, if it is not there."""
+    if config.model.base is not None or (Path(base_ref) / "config.json").is_file():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "cpt-pool.txt"
+        _write_tiny_corpus(snapshot, corpus)
+        build_tiny_model(config.model.tiny, [corpus], Path(base_ref))
+
+
+def _plan(config, store) -> Plan:
+    require_scores(store, "cpt")
+    if pool_size(store, "cpt") == 0:
+        raise RuntimeError("pool 'cpt' holds no trajectory: run `simulacra split` first")
+    # The snapshot depends on the pools alone, so it can exist before the model (the tiny model's
+    # tokenizer is trained from it) and be shared by runs that differ in anything else.
+    pools = pools_fingerprint(store, POOLS)
+    snapshot = export_snapshot(store, config.workspace.runs_dir / STAGE / "snapshots" / pools.replace(":", "-"), POOLS)
+    base_ref = base_model_ref(config)
+    _ensure_base_model(config, snapshot, base_ref)
+    fingerprint = stage_fingerprint(config, store, STAGE)
+    output_dir = Path(config.cpt.output_dir or config.workspace.runs_dir / STAGE / fingerprint).expanduser().resolve()
+    recorded = output_dir / "fingerprint.json"
+    if recorded.is_file() and (previous := json.loads(recorded.read_text())["fingerprint"]) != fingerprint:
+        raise RuntimeError(
+            f"cpt.output_dir {output_dir} holds a run with other inputs (fingerprint {previous}, now {fingerprint}): "
+            "remove it or choose another folder"
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    inputs = fingerprint_inputs(config, store, STAGE)
+    recorded.write_text(json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n")
+    return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file())
+
+
+def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
+    """Tokenise the snapshot into train.parquet and eval.parquet, streaming; returns their statistics."""
+    stats_path = plan.sequences_dir / STATS_FILE
+    if stats_path.is_file():
+        return json.loads(stats_path.read_text())
+    cpt = config.cpt
+    builder = SequenceBuilder(tokenizer, cpt.max_length, cpt.seed)
+    plan.sequences_dir.mkdir(parents=True, exist_ok=True)
+    counted = dict.fromkeys(COUNTS, 0)
+    tally = LabelTally()
+    with SequenceWriter(plan.sequences_dir / "train.parquet") as train:
+        for trajectory in read_pool(plan.snapshot_dir, "cpt"):
+            prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
+            windows, counts = builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns)
+            tally.merge(counts)
+            counted["trajectories"] += 1
+            for window in windows:
+                train.write(window)
+                counted["trajectory_sequences"] += 1
+                counted["trajectory_tokens"] += len(window.input_ids)
+                counted["trajectory_label_tokens"] += _labelled(window)
+        if not counted["trajectory_label_tokens"]:
+            raise RuntimeError("the cpt pool produced no sequence with a label (every keep ratio 0, or every turn too long)")
+        documents = mix_world_knowledge(
+            builder, cpt.world_knowledge, counted["trajectory_tokens"], cpt.world_knowledge_token_ratio, cpt.seed
+        )
+        for document in documents:
+            train.write(document)
+            counted["world_knowledge_sequences"] += 1
+            counted["world_knowledge_tokens"] += len(document.input_ids)
+    with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
+        for trajectory in read_pool(plan.snapshot_dir, "eval"):
+            prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
+            windows, _ = builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True)
+            for window in windows[: cpt.eval_max_sequences - counted["eval_sequences"]]:
+                held_out.write(window)
+                counted["eval_sequences"] += 1
+                counted["eval_observation_tokens"] += _labelled(window)
+            if counted["eval_sequences"] >= cpt.eval_max_sequences:
+                break
+    stats = {
+        **counted,
+        "trajectory_label_fraction": counted["trajectory_label_tokens"] / counted["trajectory_tokens"],
+        "world_knowledge_ratio": counted["world_knowledge_tokens"] / counted["trajectory_tokens"],
+        "world_knowledge_ratio_configured": cpt.world_knowledge_token_ratio,
+        "observation_tokens": dict(tally.observation_tokens),
+        "observation_label_tokens": dict(tally.label_tokens),
+        "label_fraction": tally.fractions(),
+        "truncated_observations": tally.truncated_observations,
+        "observation_tokens_cut": tally.observation_tokens_cut,
+        "dropped_turns": tally.dropped_turns,
+        "unlabelled_windows": tally.unlabelled_windows,
+        "truncated_system_prompts": tally.truncated_system_prompts,
+    }
+    # Written last: its presence says both files are complete.
+    stats_path.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+    return stats
+
+
+def _labelled(sequence: TokenSequence) -> int:
+    return sum(1 for label in sequence.labels if label != IGNORE_INDEX)
+
+
+def observation_token_losses(logits, labels):
+    """Per-position next-token cross-entropy, position t holding the loss of predicting token t.
+    Reduced on the device before the Trainer gathers it, so no full logits cross processes."""
+    import torch.nn.functional as F
+
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    losses = F.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    ).view(labels.shape[0], -1)
+    return F.pad(losses, (1, 0))
+
+
+def observation_cross_entropy(prediction) -> dict[str, float]:
+    """Mean per-token cross-entropy over labelled positions (the first position has nothing to predict from)."""
+    labels = prediction.label_ids
+    mask = labels != IGNORE_INDEX
+    mask[:, 0] = False
+    count = int(mask.sum())
+    return {"observation_ce": float(prediction.predictions[mask].sum()) / count, "observation_tokens": count}
+
+
+def _callbacks(config, advance):
+    from transformers import TrainerCallback
+
+    class RunStart(TrainerCallback):
+        """Records the global step this process's training began at (0, or the resumed checkpoint's)."""
+
+        first_step: int | None = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.first_step is None:
+                self.first_step = state.global_step
+
+    class Progress(TrainerCallback):
+        """Optimizer steps to the project's progress bar (and through it to the Prefect UI)."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            advance(1)
+
+    class FaultHook(TrainerCallback):
+        """`orchestration.fail_stage: cpt` fails once, when the first checkpoint is on disk (on_save runs
+        after the save), so the rerun must resume from it."""
+
+        def on_save(self, args, state, control, **kwargs):
+            maybe_fail(config, STAGE, f"after the checkpoint of step {state.global_step}")
+
+    start = RunStart()
+    return start, [start, Progress(), FaultHook()]
+
+
+def _training_arguments(config, plan: Plan, fresh: bool, has_eval: bool):
+    import torch
+    from transformers import TrainingArguments
+
+    cpt = config.cpt
+    on_cuda = torch.cuda.is_available()
+    return TrainingArguments(
+        output_dir=str(plan.trainer_dir),
+        max_steps=cpt.max_steps,
+        per_device_train_batch_size=cpt.per_device_batch_size,
+        per_device_eval_batch_size=cpt.per_device_batch_size,
+        gradient_accumulation_steps=cpt.gradient_accumulation_steps,
+        learning_rate=cpt.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=cpt.warmup_fraction,
+        save_strategy="steps",
+        save_steps=cpt.save_steps,
+        save_total_limit=2,
+        logging_steps=max(1, cpt.max_steps // 100),
+        eval_strategy="no",
+        # Step-0 cross-entropy, once: a resumed run finds it in the checkpoint's log history.
+        eval_on_start=fresh and has_eval,
+        seed=cpt.seed,
+        data_seed=cpt.seed,
+        use_cpu=not torch.accelerator.is_available(),
+        bf16=on_cuda and torch.cuda.is_bf16_supported() and training_dtype(config.model.dtype) != torch.float16,
+        include_num_input_tokens_seen="non_padding",
+        remove_unused_columns=False,
+        report_to="none",
+        disable_tqdm=True,  # pipeline.progress draws the bar, and tells the Prefect UI
+    )
+
+
+def _train(config, plan: Plan) -> dict[str, Any]:
+    from transformers import Trainer
+    from transformers.trainer_utils import get_last_checkpoint
+
+    tokenizer, added = _tokenizer(config, plan.base_ref)
+    resume = get_last_checkpoint(str(plan.trainer_dir)) if plan.trainer_dir.is_dir() else None
+    resumed_from = int(Path(resume).name.split("-")[-1]) if resume else None
+    held_out = ParquetSequences([plan.sequences_dir / "eval.parquet"])
+    # Built before the model: under `accelerate launch` with ZeRO-3 it switches from_pretrained to
+    # sharded loading.
+    args = _training_arguments(config, plan, fresh=resume is None, has_eval=len(held_out) > 0)
+    model = load_causal_lm(plan.base_ref, config.model.dtype, config.model.trust_remote_code)
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
+    with progress_bar("cpt training steps", total=config.cpt.max_steps) as advance:
+        advance(resumed_from or 0)
+        start, callbacks = _callbacks(config, advance)
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=ParquetSequences([plan.sequences_dir / "train.parquet"]),
+            eval_dataset=held_out if len(held_out) else None,
+            data_collator=PadCollator(tokenizer.pad_token_id),
+            processing_class=tokenizer,
+            compute_metrics=observation_cross_entropy,
+            preprocess_logits_for_metrics=observation_token_losses,
+            callbacks=callbacks,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+    after = trainer.evaluate() if len(held_out) else {}
+    # Generation must stop where observations end in training.
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    eos = model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
+    trainer.save_model(str(plan.model_dir))
+
+    history = trainer.state.log_history
+    return {
+        "eval_observation_ce_before": next((h["eval_observation_ce"] for h in history if "eval_observation_ce" in h), None),
+        "eval_observation_ce_after": after.get("eval_observation_ce"),
+        # Counted by the evaluation itself, gathered from every process: equals the eval set's label
+        # count unless a sample was dropped or scored twice.
+        "eval_observation_tokens_scored": after.get("eval_observation_tokens"),
+        "global_step": trainer.state.global_step,
+        "first_step_this_run": start.first_step,
+        "resumed_from_step": resumed_from,
+        "tokens_seen": trainer.state.num_input_tokens_seen,
+        "loss_curve": [(h["step"], h["loss"]) for h in history if "loss" in h],
+        "is_main_process": trainer.is_world_process_zero(),
+    }
+
+
+def _plot(path: Path, curve: list[tuple[int, float]], before: float | None, after: float | None, final_step: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    if curve:
+        label = "train loss (labelled tokens: kept observations + world knowledge)"
+        axes.plot([step for step, _ in curve], [loss for _, loss in curve], label=label)
+    if before is not None and after is not None:
+        axes.plot([0, final_step], [before, after], "o--", label="held-out observation CE")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("cross-entropy (nats/token)")
+    axes.set_title("Continual pretraining")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _register(store, plan: Plan, metrics: dict[str, Any]) -> None:
+    checkpoint_id = f"{STAGE}-{plan.fingerprint}"
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [checkpoint_id])
+        tx.execute(
+            "INSERT INTO checkpoints (checkpoint_id, stage, fingerprint, path, base_model, created_at, metrics) "
+            "VALUES (?, ?, ?, ?, ?, now(), ?)",
+            [checkpoint_id, STAGE, plan.fingerprint, str(plan.model_dir), plan.base_ref, json.dumps(metrics)],
+        )
+
+
+def _result(plan: Plan, metrics: dict[str, Any], stats: dict[str, Any], summary: str) -> StageResult:
+    categories = [
+        {
+            "category": category,
+            "observation_tokens": stats["observation_tokens"][category],
+            "label_tokens": stats["observation_label_tokens"].get(category, 0),
+            "label_fraction": round(fraction, 4),
+        }
+        for category, fraction in stats["label_fraction"].items()
+    ]
+    curve = plan.output_dir / LOSS_CURVE
+    return StageResult(
+        stage=STAGE,
+        metrics=metrics,
+        output_path=plan.model_dir,
+        summary=summary,
+        tables={"cpt-label-fractions": categories},
+        images={"cpt-loss-curve": curve} if curve.is_file() else {},
+    )
+
+
+def _summary(metrics: dict[str, Any]) -> str:
+    before, after = metrics["eval_observation_ce_before"], metrics["eval_observation_ce_after"]
+    ce = (
+        f"held-out observation CE {before:.3f} -> {after:.3f}"
+        if before is not None and after is not None
+        else "no held-out CE (the eval pool is empty)"
+    )
+    resumed = f", resumed from step {metrics['resumed_from_step']}" if metrics["resumed_from_step"] else ""
+    return (
+        f"{metrics['global_step']} steps on {metrics['trajectory_sequences']} trajectory windows "
+        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}"
+    )
+
+
+def run(config, store) -> StageResult:
+    import torch
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    # cpu=True where there is no accelerator, as the Trainer will: processes started by torchrun on
+    # CPUs then form one gloo group instead of each believing it is the main process.
+    state = PartialState(cpu=not torch.accelerator.is_available())
+    plan: Plan | None = None
+    if state.is_main_process:
+        plan = _plan(config, store)
+        if not plan.done:
+            tokenizer, _ = _tokenizer(config, plan.base_ref)
+            _build_sequences(config, plan, tokenizer)
+        store.close()  # training never holds the store (STACK.md: one process per DuckDB file)
+    plan = broadcast_object_list([plan])[0]
+    state.wait_for_everyone()
+
+    stats = json.loads((plan.sequences_dir / STATS_FILE).read_text()) if plan.sequences_dir.is_dir() else {}
+    if plan.done:
+        metrics = json.loads((plan.output_dir / METRICS_FILE).read_text())
+        if state.is_main_process:
+            _register(store, plan, metrics)
+        return _result(plan, metrics, stats, f"already trained: {_summary(metrics)} ({plan.output_dir})")
+
+    trained = _train(config, plan)
+    if not trained.pop("is_main_process"):
+        return StageResult(stage=STAGE, output_path=plan.model_dir, summary="non-main training process")
+    curve = trained.pop("loss_curve")
+    metrics = {
+        **{k: v for k, v in stats.items() if not isinstance(v, dict)},
+        **trained,
+        **{f"label_fraction.{c}": f for c, f in stats["label_fraction"].items()},
+        "train_loss_first": curve[0][1] if curve else None,
+        "train_loss_last": curve[-1][1] if curve else None,
+        "fingerprint": plan.fingerprint,
+        "base_model": plan.base_ref,
+    }
+    before, after = metrics["eval_observation_ce_before"], metrics["eval_observation_ce_after"]
+    _plot(plan.output_dir / LOSS_CURVE, curve, before, after, metrics["global_step"])
+    (plan.output_dir / "loss_curve.json").write_text(json.dumps(curve) + "\n")
+    _register(store, plan, metrics)
+    # Written last: its presence marks the run complete, so a rerun returns instead of retraining.
+    (plan.output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return _result(plan, metrics, stats, _summary(metrics))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m stages.cpt --config FILE [--set cpt.max_steps=100 ...]`, also under `accelerate launch`."""
+    import torch
+    from accelerate import PartialState
+
+    from pipeline import stage_runs
+    from pipeline.config import load_config, parse_override
+    from pipeline.store import open_store
+
+    parser = argparse.ArgumentParser(prog="python -m stages.cpt", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=None, help="Simulacra YAML config (defaults when omitted).")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Override, e.g. cpt.max_steps=100.")
+    options = parser.parse_args(argv)
+    config = load_config(options.config, [parse_override(text) for text in options.set])
+    # The store opens lazily: processes other than the main one never touch the file.
+    store = open_store(config)
+    try:
+        if PartialState(cpu=not torch.accelerator.is_available()).is_main_process:
+            # Recorded in stage_runs like a flow's run, so `simulacra run` and the flows then skip it.
+            fingerprint = stage_fingerprint(config, store, STAGE)
+            result = stage_runs.execute(store, STAGE, fingerprint, lambda: run(config, store))
+        else:
+            result = run(config, store)
+    finally:
+        store.close()
+    print(result.summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The CPT stage end to end on a real DuckDB store: scores required, real training, resume, held-out CE.
+
+The store is filled with SQL (the score and split stages are tested on their own): a small
+deterministic terminal world, so a tiny model can learn it in seconds and the held-out
+cross-entropy must fall.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import load_config
+from pipeline.config.score import KeepRatios
+from pipeline.faults import InjectedFault
+from pipeline.snapshot import MissingScores
+from pipeline.store import Store
+from stages import cpt
+
+FILES = {
+    "/etc/hostname": "web-01",
+    "/etc/os-release": 'NAME="Ubuntu"\nVERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu',
+    "/app/requirements.txt": "flask==3.0.2\nrequests==2.31.0\ngunicorn==21.2.0",
+    "/var/log/app.log": "INFO starting server on port 8080\nWARN slow request /api/users 1.2s\nERROR db timeout",
+}
+DIRECTORIES = {
+    "/app": "app.py  requirements.txt  static  templates",
+    "/var/log": "app.log  auth.log  syslog",
+    "/etc": "hostname  hosts  os-release",
+}
+WORDS = "deploy build test release fix merge branch commit push pull".split()
+POOL_WEIGHTS = (("cpt", 0.7), ("eval", 0.2), ("sft", 0.1))
+
+
+def terminal_turn(rng: random.Random) -> tuple[str, str, str]:
+    """(action, observation, category) from a small deterministic shell."""
+    kind = rng.choice(["cat", "ls", "echo", "wc", "missing"])
+    if kind == "cat":
+        path = rng.choice(sorted(FILES))
+        return f"cat {path}", FILES[path], "retrieval"
+    if kind == "ls":
+        path = rng.choice(sorted(DIRECTORIES))
+        return f"ls {path}", DIRECTORIES[path], "retrieval"
+    if kind == "echo":
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6)))
+        return f"echo {words}", words, "echo"
+    if kind == "wc":
+        path = rng.choice(sorted(FILES))
+        return f"wc -l {path}", f"{FILES[path].count(chr(10)) + 1} {path}", "transform"
+    name = rng.choice(WORDS)
+    return f"cat /tmp/{name}", f"cat: /tmp/{name}: No such file or directory", "boilerplate"
+
+
+def fill_store(store: Store, n_trajectories: int = 50, scored: bool = True, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    keep = KeepRatios()
+    with store.transaction() as tx:
+        for t in range(n_trajectories):
+            trajectory_id = f"traj-{t:03d}"
+            turns = [terminal_turn(rng) for _ in range(rng.randint(4, 12))]
+            tx.execute(
+                "INSERT INTO trajectories (trajectory_id, source, format, domain, task_description, action_space, "
+                "num_turns, location, ingested_at) VALUES (?, 'synthetic', 'simulacra', 'terminal', ?, ?, ?, 'test', now())",
+                [trajectory_id, "Inspect the web server.", "bash commands, one per turn", len(turns)],
+            )
+            tx.execute("INSERT INTO filter_state VALUES (?, 'test', true, ?)", [trajectory_id, len(turns)])
+            pool = rng.choices([p for p, _ in POOL_WEIGHTS], [w for _, w in POOL_WEIGHTS])[0]
+            tx.execute("INSERT INTO splits VALUES (?, ?, 'test', now())", [trajectory_id, pool])
+            for index, (action, observation, category) in enumerate(turns):
+                tx.execute(
+                    "INSERT INTO turns (trajectory_id, turn_index, action, observation, is_error) VALUES (?, ?, ?, ?, false)",
+                    [trajectory_id, index, action, observation],
+                )
+                if scored:
+                    tx.execute(
+                        "INSERT INTO turn_scores (trajectory_id, turn_index, category, keep_ratio, scorer_version, "
+                        "config_hash) VALUES (?, ?, ?, ?, 'test', 'test')",
+                        [trajectory_id, index, category, keep.of(category)],
+                    )
+
+
+def cpt_config(tmp_path, **cpt_fields):
+    world = tmp_path / "world.txt"
+    if not world.exists():  # rewriting it would change its mtime, hence the run's fingerprint
+        world.write_text("Gunicorn is a Python WSGI HTTP server for UNIX. Flask is a lightweight web framework. " * 200)
+    fields = {"max_steps": 24, "save_steps": 8, "per_device_batch_size": 4, "max_length": 256, "learning_rate": 3e-3,
+              "world_knowledge": [str(world)], "world_knowledge_token_ratio": 0.2, **cpt_fields}
+    return load_config(None, [{"workspace": {"path": str(tmp_path / "workspace")}, "cpt": fields}])
+
+
+def test_unscored_turns_stop_the_stage_with_what_to_run(tmp_path):
+    config = cpt_config(tmp_path)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=5, scored=False)
+        with pytest.raises(MissingScores, match="run `simulacra score` first"):
+            cpt.run(config, store)
+
+
+def test_an_empty_cpt_pool_is_an_error(tmp_path):
+    config = cpt_config(tmp_path)
+    with Store(config.workspace.database_path) as store:
+        with pytest.raises(RuntimeError, match="pool 'cpt' holds no trajectory"):
+            cpt.run(config, store)
+
+
+def manual_observation_ce(model_dir, eval_parquet) -> float:
+    """Held-out CE recomputed outside the Trainer: sum of per-token CE over labels / number of labels."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    total, count = 0.0, 0
+    for row in pq.read_table(eval_parquet).to_pylist():
+        ids, labels = torch.tensor([row["input_ids"]]), torch.tensor(row["labels"])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1]
+        target = labels[1:]
+        keep = target != -100
+        total += torch.nn.functional.cross_entropy(logits[keep], target[keep], reduction="sum").item()
+        count += int(keep.sum())
+    return total / count
+
+
+def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path):
+    config = cpt_config(tmp_path)
+    config.orchestration.fail_stage = "cpt"  # fails once per workspace, after the first checkpoint
+    with Store(config.workspace.database_path) as store:
+        fill_store(store)
+        with pytest.raises(InjectedFault, match="step 8"):
+            cpt.run(config, store)
+        assert store.scalar("SELECT count(*) FROM checkpoints") == 0
+    [run_dir] = [p for p in (tmp_path / "workspace" / "runs" / "cpt").iterdir() if (p / "fingerprint.json").is_file()]
+    assert [p.name for p in (run_dir / "trainer").iterdir() if p.name.startswith("checkpoint-")] == ["checkpoint-8"]
+    assert not (run_dir / "metrics.json").exists()
+
+    with Store(config.workspace.database_path) as store:
+        result = cpt.run(config, store)
+        registered = store.rows("SELECT * FROM checkpoints")
+    metrics = result.metrics
+    # Resumed at the saved step, not from 0, and finished the configured steps.
+    assert (metrics["resumed_from_step"], metrics["first_step_this_run"], metrics["global_step"]) == (8, 8, 24)
+    assert metrics["eval_observation_ce_after"] < metrics["eval_observation_ce_before"]
+    assert metrics["eval_observation_tokens_scored"] == metrics["eval_observation_tokens"] > 500
+    assert result.output_path == run_dir / "model"
+    assert [(r["stage"], r["path"]) for r in registered] == [("cpt", str(run_dir / "model"))]
+    assert result.images["cpt-loss-curve"].stat().st_size > 0
+
+    # The reported CE is the per-token mean over every eval observation token, recomputed by hand.
+    assert manual_observation_ce(run_dir / "model", run_dir / "sequences" / "eval.parquet") == pytest.approx(
+        metrics["eval_observation_ce_after"], rel=1e-4
+    )
+    # Training data: world knowledge at the configured ratio, echo observations thinned, retrieval whole.
+    assert metrics["world_knowledge_ratio"] == pytest.approx(0.2, abs=0.01)
+    assert metrics["label_fraction.retrieval"] == 1.0
+    assert metrics["label_fraction.echo"] < 0.2
+    kinds = pq.read_table(run_dir / "sequences" / "train.parquet", columns=["kind"]).column("kind").to_pylist()
+    assert set(kinds) == {"trajectory", "world_knowledge"}
+    assert json.loads((run_dir / "model" / "generation_config.json").read_text())["eos_token_id"] is not None
+
+    # A rerun with the same inputs trains nothing and registers nothing twice.
+    with Store(config.workspace.database_path) as store:
+        again = cpt.run(config, store)
+        assert store.scalar("SELECT count(*) FROM checkpoints") == 1
+    assert again.summary.startswith("already trained")
+    assert again.metrics["global_step"] == 24
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_train_one_model(tmp_path):
+    """The distributed path on CPUs (gloo): only the main process touches the store, both train."""
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        f"workspace:\n  path: {tmp_path / 'workspace'}\n"
+        "cpt:\n  max_steps: 6\n  save_steps: 3\n  per_device_batch_size: 2\n  max_length: 256\n"
+    )
+    config = load_config(config_file)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=30)
+    repo = Path(__file__).resolve().parents[1]
+    launched = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+        + ["-m", "stages.cpt", "--config", str(config_file)],
+        cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert "non-main training process" in launched.stdout and "held-out observation CE" in launched.stdout
+    with Store(config.workspace.database_path) as store:
+        [row] = store.rows("SELECT path, metrics FROM checkpoints")
+        assert store.rows("SELECT stage, status FROM stage_runs") == [{"stage": "cpt", "status": "completed"}]
+    metrics = json.loads(row["metrics"])
+    assert metrics["global_step"] == 6
+    # Split across the two processes and gathered: every eval token scored once.
+    assert metrics["eval_observation_tokens_scored"] == metrics["eval_observation_tokens"]
+    assert (Path(row["path"]) / "model.safetensors").is_file()

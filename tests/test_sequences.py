@@ -1,0 +1,354 @@
+"""CPT sequences: keep-ratio label masks, what is never a label, turn-boundary windows, world knowledge.
+
+The windows are checked by parsing the token ids back into ChatML messages (independently of the
+builder's own bookkeeping), so a builder that mislabelled a token and its tally alike would fail.
+"""
+
+import random
+from collections import Counter
+
+import orjson
+import pytest
+
+from pipeline.config.model import TinyModelConfig
+from pipeline.config.score import KeepRatios
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.schema import SystemPrompt
+from pipeline.sequences import (
+    IGNORE_INDEX,
+    ParquetSequences,
+    ScoredTurn,
+    SequenceBuilder,
+    SequenceWriter,
+    TokenSequence,
+    observation_label_choice,
+)
+from pipeline.tiny_model import IM_END, IM_START, train_tokenizer
+from pipeline.world_knowledge import CorpusError, iter_documents, mix_world_knowledge
+
+WORDS = (
+    "file directory error permission denied total drwxr root user config server request response status "
+    "json value key list process memory disk network port http open close read write true false null"
+).split()
+KEEP = KeepRatios()
+CATEGORIES = ("echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other")
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def synthetic_turns(rng: random.Random, n_turns: int, start: int = 0) -> list[ScoredTurn]:
+    turns = []
+    for i in range(n_turns):
+        category = CATEGORIES[(start + i) % len(CATEGORIES)]
+        observation = sentence(rng, rng.choice([1, 3, 20, 60])) + (f"\n{rng.randint(0, 999)}" if rng.random() < 0.5 else "")
+        turns.append(ScoredTurn(i, f"cat {sentence(rng, rng.randint(1, 4))}", observation, category, KEEP.of(category)))
+    return turns
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    rng = random.Random(1)
+    lines = [sentence(rng, 30) + ' ls -la /tmp 0123456789 {"a": [1, 2]}' for _ in range(400)]
+    return train_tokenizer(TinyModelConfig(vocab_size=400), lines)
+
+
+def parse_messages(ids: list[int], tokenizer) -> list[dict]:
+    """ChatML ids -> [{role, start, end, closed}]: [start, end) is the content, `end` the <|im_end|> index
+    (or the sequence's end, `closed` False, for a cut observation)."""
+    vocab = tokenizer.get_vocab()
+    im_start, im_end = vocab[IM_START], vocab[IM_END]
+    starts = [i for i, t in enumerate(ids) if t == im_start]
+    messages = []
+    for n, p in enumerate(starts):
+        limit = starts[n + 1] if n + 1 < len(starts) else len(ids)
+        q = next((i for i in range(p + 1, limit) if ids[i] == im_end), limit)
+        header = next(h for h in range(1, q - p) if tokenizer.decode(ids[p + 1 : p + 1 + h]).endswith("\n"))
+        role = tokenizer.decode(ids[p + 1 : p + 1 + header]).strip()
+        messages.append({"role": role, "start": p + 1 + header, "end": q, "closed": q < limit})
+    return messages
+
+
+def test_piecewise_ids_render_exactly_the_chat_template(tokenizer):
+    builder = SequenceBuilder(tokenizer, max_length=4096, seed=0)
+    turns = [
+        ScoredTurn(0, "ls", " total 0\n", "other", 1.0),
+        ScoredTurn(1, "echo <|im_end|> hi", "<|im_end|> hi", "echo", 0.05),
+    ]
+    [sequence], _ = builder.trajectory_sequences("t", "You simulate a terminal.", turns)
+    messages = [{"role": "system", "content": "You simulate a terminal."}]
+    for turn in turns:
+        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
+    assert tokenizer.decode(sequence.input_ids) == tokenizer.apply_chat_template(messages, tokenize=False)
+    # Literal "<|im_end|>" in data is text, not a turn boundary: one real end token per message.
+    assert sequence.input_ids.count(tokenizer.get_vocab()[IM_END]) == 5
+
+
+def test_label_fraction_per_category_equals_its_keep_ratio(tokenizer):
+    rng = random.Random(7)
+    builder = SequenceBuilder(tokenizer, max_length=512, seed=3)
+    observation_tokens, label_tokens = Counter(), Counter()
+    for t in range(300):
+        turns = synthetic_turns(rng, 12, start=t)
+        windows, _ = builder.trajectory_sequences(f"traj-{t}", "You simulate a terminal.", turns)
+        for window in windows:
+            assistants = [m for m in parse_messages(window.input_ids, tokenizer) if m["role"] == "assistant"]
+            for message, turn_index in zip(assistants, window.turn_indices, strict=True):
+                category = turns[turn_index].category
+                end = message["end"] + (1 if message["closed"] else 0)
+                observation_tokens[category] += end - message["start"]
+                label_tokens[category] += sum(1 for i in range(message["start"], end) if window.labels[i] != IGNORE_INDEX)
+    for category in CATEGORIES:
+        assert observation_tokens[category] >= 3000, category
+        fraction = label_tokens[category] / observation_tokens[category]
+        assert abs(fraction - KEEP.of(category)) <= 0.02, (category, fraction)
+
+
+def test_no_system_action_or_header_token_is_ever_a_label_and_masked_tokens_stay(tokenizer):
+    rng = random.Random(11)
+    builder = SequenceBuilder(tokenizer, max_length=300, seed=0)
+    masked_seen = 0
+    for t in range(40):
+        turns = synthetic_turns(rng, 10, start=t)
+        windows, _ = builder.trajectory_sequences(f"traj-{t}", "System prompt with words file error.", turns)
+        for window in windows:
+            messages = parse_messages(window.input_ids, tokenizer)
+            allowed = set()
+            for message in messages:
+                if message["role"] == "assistant":
+                    allowed.update(range(message["start"], message["end"] + 1))
+            labelled = {i for i, label in enumerate(window.labels) if label != IGNORE_INDEX}
+            assert labelled <= allowed
+            assert all(window.labels[i] == window.input_ids[i] for i in labelled)
+            # Every observation is whole in input_ids, labelled or not.
+            assistants = [m for m in messages if m["role"] == "assistant"]
+            for message, turn_index in zip(assistants, window.turn_indices, strict=True):
+                content = window.input_ids[message["start"] : message["end"]]
+                assert tokenizer.decode(content) == turns[turn_index].observation
+                masked_seen += sum(1 for i in range(message["start"], message["end"]) if i not in labelled)
+    assert masked_seen > 1000
+
+
+def test_windows_start_with_the_system_prompt_and_cover_each_observation_once(tokenizer):
+    rng = random.Random(5)
+    builder = SequenceBuilder(tokenizer, max_length=200, seed=0)
+    prompt = "You simulate the environment of the terminal domain."
+    turns = [ScoredTurn(t.turn_index, t.action, t.observation, "other", 1.0) for t in synthetic_turns(rng, 30)]
+    windows, tally = builder.trajectory_sequences("long", prompt, turns)
+    assert len(windows) > 3
+    assert [i for w in windows for i in w.turn_indices] == list(range(len(turns)))
+    assert (tally.dropped_turns, tally.truncated_observations) == (0, 0)
+    for window in windows:
+        assert len(window.input_ids) <= 200
+        messages = parse_messages(window.input_ids, tokenizer)
+        assert messages[0]["role"] == "system" and messages[0]["start"] > 0
+        assert tokenizer.decode(window.input_ids[messages[0]["start"] : messages[0]["end"]]) == prompt
+        assert [m["role"] for m in messages[1:]] == ["user", "assistant"] * len(window.turn_indices)
+        for user, turn_index in zip(messages[1::2], window.turn_indices):
+            assert tokenizer.decode(window.input_ids[user["start"] : user["end"]]) == turns[turn_index].action
+
+
+def test_a_window_without_any_label_is_left_out_and_counted(tokenizer):
+    turns = [ScoredTurn(i, "echo hi", "hi", "echo", 0.0) for i in range(3)]
+    windows, tally = SequenceBuilder(tokenizer, 4096, 0).trajectory_sequences("t", "Sys.", turns)
+    assert (windows, tally.unlabelled_windows) == ([], 1)
+
+
+@pytest.mark.parametrize(
+    ("action_words", "observation_words", "expected"),
+    [
+        (2, 10, "whole"),
+        (2, 400, "truncated"),  # the observation's head fits after the action: keep it, cut the tail
+        (400, 5, "dropped"),  # not one observation token fits after the action: drop, counted
+    ],
+)
+def test_a_turn_longer_than_a_window(tokenizer, action_words, observation_words, expected):
+    rng = random.Random(2)
+    builder = SequenceBuilder(tokenizer, max_length=128, seed=0)
+    turn = ScoredTurn(0, sentence(rng, action_words), sentence(rng, observation_words), "other", 1.0)
+    after = ScoredTurn(1, "pwd", "/root", "other", 1.0)
+    windows, tally = builder.trajectory_sequences("t", "Terminal.", [turn, after])
+    assert all(len(w.input_ids) <= 128 for w in windows)
+    assert windows[-1].turn_indices[-1] == 1
+    if expected == "whole":
+        assert [w.turn_indices for w in windows] == [[0, 1]]
+        assert (tally.truncated_observations, tally.dropped_turns) == (0, 0)
+    elif expected == "truncated":
+        assert (tally.truncated_observations, tally.dropped_turns) == (1, 0)
+        assert [w.turn_indices for w in windows] == [[0], [1]] and len(windows[0].input_ids) == 128
+        # A cut observation never teaches the model to stop early: no end-of-turn label in its window.
+        assert tokenizer.get_vocab()[IM_END] not in windows[0].labels
+        assert tally.observation_tokens_cut > 0
+    else:
+        assert (tally.truncated_observations, tally.dropped_turns) == (0, 1)
+        assert [w.turn_indices for w in windows] == [[1]]
+
+
+def test_a_system_prompt_longer_than_half_a_window_keeps_its_head(tokenizer):
+    prompt = "Tools: " + sentence(random.Random(8), 300)
+    turns = [ScoredTurn(i, "ls", "file", "other", 1.0) for i in range(3)]
+    windows, tally = SequenceBuilder(tokenizer, 128, 0).trajectory_sequences("t", prompt, turns)
+    assert tally.truncated_system_prompts == 1 and tally.dropped_turns == 0
+    assert [i for w in windows for i in w.turn_indices] == [0, 1, 2]
+    system = parse_messages(windows[0].input_ids, tokenizer)[0]
+    assert system["end"] + 1 <= 64
+    assert prompt.startswith(tokenizer.decode(windows[0].input_ids[system["start"] : system["end"]]))
+
+
+def test_masks_are_seeded_per_turn_and_independent_of_windowing(tokenizer):
+    turns = synthetic_turns(random.Random(9), 14)
+
+    def labels_by_turn(max_length: int, seed: int) -> dict[int, list[int]]:
+        windows, _ = SequenceBuilder(tokenizer, max_length, seed).trajectory_sequences("same-id", "Sys.", turns)
+        found = {}
+        for window in windows:
+            assistants = [m for m in parse_messages(window.input_ids, tokenizer) if m["role"] == "assistant"]
+            for message, turn_index in zip(assistants, window.turn_indices):
+                found[turn_index] = window.labels[message["start"] : message["end"] + 1]
+        return found
+
+    one_window, many_windows = labels_by_turn(8192, seed=4), labels_by_turn(160, seed=4)
+    assert len(many_windows) > 5
+    assert all(one_window[i] == many_windows[i] for i in many_windows)
+    assert one_window == labels_by_turn(8192, seed=4)
+    assert one_window != labels_by_turn(8192, seed=5)
+
+
+@pytest.mark.parametrize(
+    ("n_content", "keep_ratio", "expected"),
+    [
+        (99, 1.0, (99, True)),  # keep everything, the end token included
+        (99, 0.0, (0, False)),  # keep nothing, not even the end token
+        (99, 0.5, (49, True)),  # 0.5 x 100 observation tokens = 50, one of them the end token
+        (9, 0.1, (0, True)),  # 0.1 x 10 = 1 token: the end token
+    ],
+)
+def test_observation_label_choice_counts(n_content, keep_ratio, expected):
+    chosen, end = observation_label_choice(n_content, keep_ratio, seed=123)
+    assert (len(chosen), end) == expected
+    assert len(set(chosen)) == len(chosen) and all(0 <= i < n_content for i in chosen)
+
+
+@pytest.mark.parametrize(("n_content", "keep_ratio"), [(3, 0.1), (1, 0.05), (6, 0.5)])
+def test_short_observations_keep_their_ratio_in_expectation(n_content, keep_ratio):
+    # Rounding k x (n+1) would label no short echo ever; stochastic rounding keeps the fraction exact.
+    trials = 4000
+    labelled = sum(
+        len(chosen) + end for chosen, end in (observation_label_choice(n_content, keep_ratio, seed) for seed in range(trials))
+    )
+    assert abs(labelled / (trials * (n_content + 1)) - keep_ratio) <= 0.01
+
+
+def test_eval_sequences_label_every_observation_token(tokenizer):
+    turns = synthetic_turns(random.Random(3), 8)
+    windows, tally = SequenceBuilder(tokenizer, 4096, 0).trajectory_sequences("e", "Sys.", turns, full_labels=True)
+    assert all(fraction == 1.0 for fraction in tally.fractions().values())
+    [window] = windows
+    for message in parse_messages(window.input_ids, tokenizer):
+        labelled = [window.labels[i] != IGNORE_INDEX for i in range(message["start"], message["end"] + 1)]
+        assert all(labelled) if message["role"] == "assistant" else not any(labelled)
+
+
+@pytest.mark.parametrize(
+    ("system", "present", "absent"),
+    [
+        (
+            SystemPrompt(task_description="Fix the bug."),
+            ["Fix the bug."],
+            ["# Action space", "# Initial state", "# Demonstrations"],
+        ),
+        (
+            SystemPrompt(
+                task_description="Book a flight.",
+                tools=[{"type": "function", "function": {"name": "book", "parameters": {}}}],
+                initial_state="user id 42",
+                demonstrations="> search\nresults",
+                simulation_instructions="Inject an intermittent API error.",
+            ),
+            ["# Action space", '"name": "book"', "# Initial state\nuser id 42", "# Demonstrations",
+             "# Simulation instructions"],
+            [],
+        ),
+    ],
+)
+def test_cpt_system_prompt_holds_the_parts_a_trajectory_has(system, present, absent):
+    prompt = render_cpt_system_prompt("terminal", system)
+    assert prompt.startswith("# Task\nYou simulate the environment of the terminal domain")
+    assert all(text in prompt for text in present)
+    assert not any(text in prompt for text in absent)
+
+
+def test_world_knowledge_documents_are_fully_labelled_chunks(tokenizer):
+    builder = SequenceBuilder(tokenizer, max_length=64, seed=0)
+    text = sentence(random.Random(4), 150)
+    chunks = builder.document_sequences("doc", text)
+    assert len(chunks) > 1 and all(len(c.input_ids) <= 64 for c in chunks)
+    assert all(c.kind == "world_knowledge" and c.labels[0] == IGNORE_INDEX and c.labels[1:] == c.input_ids[1:] for c in chunks)
+    assert chunks[-1].input_ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode([t for c in chunks for t in c.input_ids][:-1]) == text
+
+
+def test_world_knowledge_mix_reaches_the_token_ratio(tokenizer, tmp_path):
+    rng = random.Random(6)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "law.txt").write_text(sentence(rng, 300), encoding="utf-8")
+    (corpus / "news.jsonl").write_bytes(b"\n".join(orjson.dumps({"text": sentence(rng, 80)}) for _ in range(30)))
+    (corpus / "README.md").write_text("What this corpus is: not a document.", encoding="utf-8")
+    builder = SequenceBuilder(tokenizer, max_length=128, seed=0)
+    mixed = list(mix_world_knowledge(builder, [str(corpus)], trajectory_tokens=10_000, ratio=0.2, seed=1))
+    assert sum(len(s.input_ids) for s in mixed) == 2000
+    everything = list(mix_world_knowledge(builder, [str(corpus)], trajectory_tokens=10_000, ratio=5.0, seed=1))
+    assert len({s.source for s in everything}) == 31  # a corpus smaller than the ratio asks is used once, whole
+    order = [source for source, _ in iter_documents([str(corpus)], 1)]
+    assert order == [source for source, _ in iter_documents([str(corpus)], 1)]
+    assert order != [source for source, _ in iter_documents([str(corpus)], 2)]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"text": "ok"}\n{"body": "no text"}\n', r"news.jsonl:2: field `text` missing"),
+        (b'{"text": "ok"}\n{not json\n', r"news.jsonl:2: not valid JSON"),
+    ],
+)
+def test_world_knowledge_errors_name_the_file_and_line(tmp_path, content, message):
+    (tmp_path / "news.jsonl").write_bytes(content)
+    with pytest.raises(CorpusError, match=message):
+        list(iter_documents([str(tmp_path / "news.jsonl")], 0))
+
+
+def test_world_knowledge_missing_source_is_an_error(tmp_path):
+    with pytest.raises(CorpusError, match="does not exist"):
+        list(iter_documents([str(tmp_path / "nowhere.txt")], 0))
+
+
+def test_world_knowledge_from_an_hf_dataset(tmp_path, monkeypatch):
+    # A local folder through `datasets.load_dataset`, as an offline cache or a downloaded dataset is read.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "alpha beta"}\n{"text": "gamma"}\n', encoding="utf-8")
+    documents = list(iter_documents([f"hf://{folder}:train"], 0))
+    assert sorted(text for _, text in documents) == ["alpha beta", "gamma"]
+    (folder / "train.jsonl").write_text('{"body": "x"}\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match="no `text` column"):
+        list(iter_documents([f"hf://{folder}"], 0))
+
+
+def test_a_sequence_file_appears_only_when_complete(tmp_path):
+    path = tmp_path / "train.parquet"
+    rows = [TokenSequence([7, 8, i], [IGNORE_INDEX, 8, i], f"t{i}", turn_indices=[i]) for i in range(5)]
+    with pytest.raises(RuntimeError, match="killed"):
+        with SequenceWriter(path, rows_per_group=2) as writer:
+            for row in rows:
+                writer.write(row)
+            raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+    with SequenceWriter(path, rows_per_group=2) as writer:
+        for row in rows:
+            writer.write(row)
+    dataset = ParquetSequences([path])
+    assert len(dataset) == 5 and dataset[4] == {"input_ids": [7, 8, 4], "labels": [IGNORE_INDEX, 8, 4]}

@@ -1,0 +1,135 @@
+"""The tiny offline model: a real tokenizer and a real random Qwen3/Llama, saved and reloaded as HF folders."""
+
+import random
+
+import pytest
+
+from pipeline.config.model import TinyModelConfig
+from pipeline.models import ensure_chatml_tokens, load_causal_lm, load_tokenizer, model_identity, training_dtype
+from pipeline.tiny_model import IM_END, IM_START, PAD, build_tiny_model
+
+WORDS = "ls cat grep total drwxr-xr-x root file not found error permission denied json value true false".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("corpus") / "text.txt"
+    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(20)) + f" {i}" for i in range(2000)), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(corpus, tmp_path_factory):
+    return build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny")
+
+
+def test_the_folder_loads_back_with_the_same_tokenizer_and_a_qwen3_model(tiny):
+    import torch
+
+    tokenizer = load_tokenizer(str(tiny))
+    # Not Qwen2Tokenizer (STACK.md): the saved byte-level BPE is what comes back.
+    assert "Qwen2" not in type(tokenizer).__name__
+    assert len(tokenizer) == 512
+    vocab = tokenizer.get_vocab()
+    assert all(token in vocab for token in (IM_START, IM_END, PAD))
+    assert (tokenizer.eos_token, tokenizer.pad_token) == (IM_END, PAD)
+    text = "naïve 日本 \t\n ls -la\x00 {\"ok\": true}"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+
+    model = load_causal_lm(str(tiny), "auto")
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert (model.config.hidden_size, model.config.num_hidden_layers, model.config.vocab_size) == (64, 2, 512)
+    assert model.dtype == torch.float32  # auto on a CPU
+    ids = torch.tensor([tokenizer("ls -la", add_special_tokens=False)["input_ids"]])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], 512)
+    assert model.generation_config.eos_token_id == vocab[IM_END]
+
+
+def test_the_chat_template_renders_chatml(tiny):
+    tokenizer = load_tokenizer(str(tiny))
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "ls"}, {"role": "assistant", "content": "a"}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nls<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n"
+    )
+    assert tokenizer.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True).endswith(
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_a_rebuild_with_the_same_seed_is_identical_and_replaces_the_folder(tiny, corpus):
+    before = {name: (tiny / name).read_bytes() for name in ("tokenizer.json", "model.safetensors")}
+    build_tiny_model(TinyModelConfig(), [corpus], tiny)
+    assert {name: (tiny / name).read_bytes() for name in before} == before
+    assert not list(tiny.parent.glob("*.partial-*"))
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_type"),
+    [
+        ({"architecture": "llama"}, "LlamaForCausalLM"),
+        ({"hidden_size": 32, "num_layers": 1, "num_heads": 2}, "Qwen3ForCausalLM"),
+    ],
+)
+def test_config_shapes_the_model(corpus, tmp_path, change, expected_type):
+    config = TinyModelConfig(**change)
+    model = load_causal_lm(str(build_tiny_model(config, [corpus], tmp_path / "m")))
+    assert type(model).__name__ == expected_type
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (config.hidden_size, config.num_layers)
+
+
+@pytest.mark.parametrize(
+    ("setup", "error", "message"),
+    [
+        ("foreign_folder", FileExistsError, "not a tiny model folder"),
+        ("missing_text", FileNotFoundError, "text file"),
+        ("bad_heads", ValueError, "divisible"),
+    ],
+)
+def test_build_errors(corpus, tmp_path, setup, error, message):
+    out, files, config = tmp_path / "m", [corpus], TinyModelConfig()
+    if setup == "foreign_folder":
+        out.mkdir()
+        (out / "precious.txt").write_text("keep me")
+    elif setup == "missing_text":
+        files = [tmp_path / "absent.txt"]
+    else:
+        config = TinyModelConfig(hidden_size=64, num_heads=5)
+    with pytest.raises(error, match=message):
+        build_tiny_model(config, files, out)
+    if setup == "foreign_folder":
+        assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_a_tokenizer_without_chatml_tokens_gets_them(corpus):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel()
+    raw.train([str(corpus)], trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"], show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="</s>")
+    assert ensure_chatml_tokens(tokenizer) == [IM_START, IM_END]
+    ids = tokenizer("<|im_start|>user<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert (ids[0], ids[-1]) == tuple(tokenizer.convert_tokens_to_ids([IM_START, IM_END]))
+    assert ensure_chatml_tokens(tokenizer) == []
+
+
+def test_model_identity_follows_the_folder_contents(tiny, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny, copy)
+    assert model_identity(str(copy)) == model_identity(str(copy))
+    before = model_identity(str(copy))
+    (copy / "config.json").write_text((copy / "config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 65'))
+    assert model_identity(str(copy)) != before
+
+
+def test_training_dtype():
+    import torch
+
+    assert training_dtype("float32") == torch.float32
+    assert training_dtype("bfloat16") == torch.bfloat16
+    bf16_gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert training_dtype("auto") == (torch.bfloat16 if bf16_gpu else torch.float32)
