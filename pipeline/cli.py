@@ -95,6 +95,24 @@ def filter_trajectories() -> None:
         _report(stage.run(_config(), store))
 
 
+@app.command()
+def score() -> None:
+    """Score every kept turn: overlap, novelty, Jaccard, length ratio, category and keep ratio."""
+    from stages import score as stage
+
+    with _store() as store:
+        _report(stage.run(_config(), store))
+
+
+@app.command()
+def split() -> None:
+    """Assign every kept trajectory to one pool (cpt, sft, rl, eval) and pick target turns."""
+    from stages import split as stage
+
+    with _store() as store:
+        _report(stage.run(_config(), store))
+
+
 @app.command("init-model")
 def init_model(
     text: Annotated[list[Path], typer.Argument(help="Text files or folders to train the tokenizer on.")],

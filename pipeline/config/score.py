@@ -38,8 +38,9 @@ class ScoreConfig(Section):
         default=None,
         ge=0,
         le=1,
-        description="Optional extra echo condition Jac >= this. Off by default (the paper's echo uses OL and "
-        "Nov only); set it to demand that an echo is also short relative to the action.",
+        description="Optional extra echo condition Jac >= this. Off by default: the paper defines Jaccard but "
+        "uses it in no signature, so it is stored for analysis. OL >= 0.7 and Nov < 0.3 already imply Jac > 0.53; "
+        "a higher bound (e.g. 0.8) reserves echo for observations whose word set nearly equals the action's.",
     )
     boilerplate_overlap_min: float = Field(default=0.5, ge=0, le=1, description="boilerplate: OL >= this (paper 0.5).")
     boilerplate_novelty_max: float = Field(default=0.5, ge=0, le=1, description="boilerplate: Nov < this (paper 0.5).")
@@ -61,8 +62,10 @@ class ScoreConfig(Section):
     precedence: list[Category] = Field(
         default_factory=lambda: ["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"],
         description="Order in which signatures are tried; the first that matches wins. Default: the paper's "
-        "table order, which puts the most specific low-information signatures first (every echo is also "
-        "boilerplate; the echo ratio must win), and the least specific last.",
+        "table order, which is also ascending keep ratio: every echo is also boilerplate, and a turn that is "
+        "both boilerplate and transform is masked as boilerplate; among the keep-everything categories the "
+        "more specific comes first (expansion before retrieval, retrieval before action). `other` matches "
+        "everything, so categories after it are never chosen.",
     )
     keep_ratios: KeepRatios = Field(default_factory=KeepRatios, description="Keep ratio per category.")
 

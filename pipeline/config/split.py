@@ -39,7 +39,13 @@ class SplitConfig(Section):
         description="Mixed into the hash that places a trajectory. Changing it reshuffles every pool, so it is "
         "fixed once a project starts; adding data never moves a trajectory.",
     )
-    seed: int = Field(default=0, description="Seed for target-turn selection.")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        lt=2**31,
+        description="Seed for target-turn selection: a turn's rank is md5(seed:trajectory_id:turn_index), so the "
+        "choice depends on the seed and the trajectory alone. Stored with each target (an INTEGER column).",
+    )
     sft_targets: TargetSelection = Field(
         default_factory=lambda: TargetSelection(strategy="all"),
         description="Which turns of an SFT trajectory become queries.",

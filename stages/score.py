@@ -1,0 +1,97 @@
+"""`simulacra score`: the informativeness metrics, category and keep ratio of every kept turn.
+
+`turn_scores` mirrors `kept_turns` under one (scorer version, config hash), in one transaction:
+1. rows of another scorer version or score config are deleted (a changed table replaces them all);
+2. rows of turns no longer kept are deleted (a trajectory or turn the filter dropped since keeps no
+   stale score: the filter's decisions say why it went, and it is rescored if it comes back);
+3. kept turns without a row are scored in one SQL statement (pipeline/informativeness.py).
+A rerun with nothing new computes nothing; a killed run leaves the table as it was.
+"""
+
+from typing import Any
+
+from pipeline.config import SimulacraConfig
+from pipeline.config.score import CATEGORIES
+from pipeline.informativeness import SCORER_VERSION, scores_sql
+from pipeline.stage import StageResult
+from pipeline.store import Store
+
+STAGE = "score"
+
+UNSCORED = """(SELECT k.trajectory_id, k.turn_index, k.action, k.observation FROM kept_turns k
+    WHERE NOT EXISTS (SELECT 1 FROM turn_scores s
+                      WHERE s.trajectory_id = k.trajectory_id AND s.turn_index = k.turn_index)) AS unscored"""
+
+
+def _count(cursor: Any) -> int:
+    row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def run(config: SimulacraConfig, store: Store) -> StageResult:
+    config_hash = config.section_hash(STAGE)
+    with store.transaction() as tx:
+        replaced = _count(
+            tx.execute(
+                "DELETE FROM turn_scores WHERE scorer_version <> ? OR config_hash <> ?", [SCORER_VERSION, config_hash]
+            )
+        )
+        dropped = _count(
+            tx.execute(
+                """DELETE FROM turn_scores s WHERE NOT EXISTS (SELECT 1 FROM kept_turns k
+                   WHERE k.trajectory_id = s.trajectory_id AND k.turn_index = s.turn_index)"""
+            )
+        )
+        scored = _count(
+            tx.execute(
+                f"""INSERT INTO turn_scores (trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio,
+                                             category, keep_ratio, scorer_version, config_hash)
+                    SELECT *, ?, ? FROM ({scores_sql(UNSCORED, config.score)})""",
+                [SCORER_VERSION, config_hash],
+            )
+        )
+    counts = dict(store.connection.execute("SELECT category, count(*) FROM turn_scores GROUP BY category").fetchall())
+    total = sum(counts.values())
+    metrics: dict[str, Any] = {
+        "turns_scored": scored,
+        "scores_replaced": replaced,
+        "scores_of_dropped_turns_removed": dropped,
+        "turns_with_score": total,
+        "mean_keep_ratio": store.scalar("SELECT avg(keep_ratio) FROM turn_scores"),
+        **{f"category_{name}": counts.get(name, 0) for name in CATEGORIES},
+    }
+    shares = ", ".join(f"{name} {counts[name] / total:.1%}" for name in CATEGORIES if counts.get(name))
+    summary = f"scored {scored} turn(s) ({replaced} old score(s) replaced, {dropped} of dropped turns removed); " + (
+        f"{total} scored in all: {shares}" if total else "no kept turn to score"
+    )
+    return StageResult(stage=STAGE, metrics=metrics, summary=summary, tables={"categories": category_report(store)})
+
+
+def category_report(store: Store) -> list[dict[str, Any]]:
+    """Per domain and source, a row per category and one for all categories (`category` = 'all'):
+    turns, their share of the group's turns, observation characters and their share (what the
+    category weighs in the CPT corpus), and the mean keep ratio of the row's turns. The 'all' row's
+    `kept_char_share` is the fraction of the group's observation characters that count in the loss."""
+    return store.rows(
+        """
+        WITH scored AS (
+            SELECT t.domain, t.source, s.category, s.keep_ratio, length(u.observation) AS chars
+            FROM turn_scores s
+            JOIN turns u USING (trajectory_id, turn_index)
+            JOIN trajectories t USING (trajectory_id)
+        ), grouped AS (
+            SELECT domain, source, coalesce(category, 'all') AS category, count(*) AS turns,
+                   sum(chars) AS observation_chars, avg(keep_ratio) AS mean_keep_ratio,
+                   sum(chars * keep_ratio) AS kept_chars
+            FROM scored GROUP BY GROUPING SETS ((domain, source, category), (domain, source))
+        )
+        SELECT g.domain, g.source, g.category, g.turns,
+               g.turns / a.turns AS turn_share,
+               g.observation_chars,
+               CASE WHEN a.observation_chars > 0 THEN g.observation_chars / a.observation_chars END AS char_share,
+               g.mean_keep_ratio,
+               CASE WHEN g.observation_chars > 0 THEN g.kept_chars / g.observation_chars END AS kept_char_share
+        FROM grouped g JOIN grouped a ON a.domain = g.domain AND a.source = g.source AND a.category = 'all'
+        ORDER BY g.domain, g.source, g.category = 'all', g.turns DESC, g.category
+        """
+    )

@@ -1,0 +1,186 @@
+"""The split stage on a real DuckDB file: disjoint pools, stability, targets per pool, drops, config changes."""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipeline.config import SimulacraConfig, load_config
+from pipeline.config.split import POOLS
+from pipeline.store import Store
+from stages import split as split_stage
+
+
+def add_trajectories(store: Store, ids: list[str], turns: int | list[int] = 6, domain: str = "terminal") -> None:
+    """Kept trajectories as ingest and filter write them, each with `turns` turns."""
+    counts = turns if isinstance(turns, list) else [turns] * len(ids)
+    with store.transaction() as con:
+        con.register("added", pa.table({"trajectory_id": ids, "n": counts}))
+        con.execute(
+            "INSERT INTO trajectories (trajectory_id, source, format, domain, task_description, num_turns, location, "
+            "ingested_at) SELECT trajectory_id, 'bench', 'simulacra-jsonl', ?, 'simulate', n, 'test', now() FROM added",
+            [domain],
+        )
+        con.execute(
+            "INSERT INTO turns SELECT trajectory_id, i, 'ls ' || i, 'out ' || i, NULL, false, NULL "
+            "FROM (SELECT trajectory_id, unnest(range(n)) AS i FROM added)"
+        )
+        con.execute("INSERT INTO filter_state SELECT trajectory_id, 'filter-v1', true, n FROM added")
+        con.unregister("added")
+
+
+def configured(tmp_path: Path, **split) -> SimulacraConfig:
+    return load_config(None, [{"workspace": {"path": str(tmp_path / "workspace")}, "split": split}])
+
+
+def only(pool: str) -> dict:
+    """Ratios that send every trajectory to one pool."""
+    return {"ratios": {p: 1.0 if p == pool else 0.0 for p in POOLS}}
+
+
+def pools(store: Store) -> dict[str, str]:
+    return dict(store.connection.execute("SELECT trajectory_id, pool FROM splits").fetchall())
+
+
+def targets(store: Store) -> dict[str, list[int]]:
+    rows = store.connection.execute(
+        "SELECT trajectory_id, list(turn_index ORDER BY turn_index) FROM targets GROUP BY trajectory_id"
+    ).fetchall()
+    return dict(rows)
+
+
+def test_every_kept_trajectory_in_exactly_one_pool(config: SimulacraConfig, store: Store) -> None:
+    ids = [f"t{i:04d}" for i in range(2000)]
+    add_trajectories(store, ids, turns=3)
+    add_trajectories(store, ["dropped"], turns=3)
+    store.execute("UPDATE filter_state SET kept = false WHERE trajectory_id = 'dropped'")
+    result = split_stage.run(config, store)
+    placed = pools(store)
+    assert sorted(placed) == ids  # the dropped trajectory is in no pool
+    members = {pool: {t for t, p in placed.items() if p == pool} for pool in POOLS}
+    for i, a in enumerate(POOLS):
+        for b in POOLS[i + 1 :]:
+            assert not members[a] & members[b], (a, b)
+    # Placement is the documented formula: the md5 position against the cumulative ratios.
+    r = config.split.ratios
+    bounds = [r.cpt, r.cpt + r.sft, r.cpt + r.sft + r.rl]
+    for t, pool in placed.items():
+        position = split_stage.pool_position(config.split.salt, t)
+        assert pool == POOLS[sum(position >= b for b in bounds)]
+    for pool, share in config.split.ratios.model_dump().items():
+        assert len(members[pool]) / len(ids) == pytest.approx(share, abs=0.03), pool
+        assert result.metrics[f"{pool}_trajectories"] == len(members[pool])
+    assert not targets(store).keys() & members["cpt"]  # the whole cpt trajectory trains: no targets
+
+
+def test_adding_data_moves_nothing_and_rerun_changes_nothing(config: SimulacraConfig, store: Store) -> None:
+    first = [f"a{i:03d}" for i in range(300)]
+    add_trajectories(store, first)
+    split_stage.run(config, store)
+    before = store.rows("SELECT * FROM splits ORDER BY trajectory_id")
+    before_targets = store.rows("SELECT * FROM targets ORDER BY ALL")
+    again = split_stage.run(config, store)
+    assert again.metrics["trajectories_assigned"] == 0 and again.metrics["targets_added"] == 0
+    add_trajectories(store, [f"b{i:03d}" for i in range(300)])
+    grown = split_stage.run(config, store)
+    assert grown.metrics["trajectories_assigned"] == 300 and grown.metrics["assignments_removed"] == 0
+    assert store.rows("SELECT * FROM splits WHERE trajectory_id < 'b' ORDER BY trajectory_id") == before
+    assert store.rows("SELECT * FROM targets WHERE trajectory_id < 'b' ORDER BY ALL") == before_targets
+
+
+def test_rl_takes_exactly_one_kept_turn(tmp_path: Path) -> None:
+    config = configured(tmp_path, **only("rl"))
+    with Store(config.workspace.database_path) as store:
+        ids = [f"r{i:03d}" for i in range(200)]
+        add_trajectories(store, ids, turns=[2 + i % 9 for i in range(200)])
+        store.execute(
+            "INSERT INTO filter_decisions SELECT trajectory_id, 0, 'retry_cycle', 'test', 'f', now() FROM trajectories"
+        )
+        split_stage.run(config, store)
+        chosen = targets(store)
+        assert sorted(chosen) == ids and all(len(turns) == 1 for turns in chosen.values())
+        assert all(turns[0] != 0 for turns in chosen.values())  # never a dropped turn
+        assert len({turns[0] for turns in chosen.values()}) > 3  # seeded per trajectory, not always the same index
+        assert store.scalar("SELECT count(*) FROM targets WHERE strategy <> 'one' OR pool <> 'rl'") == 0
+
+
+@pytest.mark.parametrize(("kept", "expected"), [(1, [0]), (2, [0, 1]), (5, [0, 1, 2, 3, 4]), (6, None), (12, None)])
+def test_eval_takes_first_last_and_up_to_three_middle(tmp_path: Path, kept: int, expected: list[int] | None) -> None:
+    config = configured(tmp_path, **only("eval"))
+    with Store(config.workspace.database_path) as store:
+        ids = [f"e{i:02d}" for i in range(30)]
+        add_trajectories(store, ids, turns=kept)
+        split_stage.run(config, store)
+        for turns in targets(store).values():
+            if expected is not None:
+                assert turns == expected
+            else:
+                assert turns[0] == 0 and turns[-1] == kept - 1 and len(turns) == 5
+        if expected is None:
+            assert len({tuple(t) for t in targets(store).values()}) > 1  # middle turns differ by trajectory
+
+
+def test_sft_takes_every_kept_turn(tmp_path: Path) -> None:
+    config = configured(tmp_path, **only("sft"))
+    with Store(config.workspace.database_path) as store:
+        add_trajectories(store, ["s1", "s2"], turns=4)
+        store.execute("INSERT INTO filter_decisions VALUES ('s1', 2, 'retry_cycle', 'test', 'f', now())")
+        split_stage.run(config, store)
+        assert targets(store) == {"s1": [0, 1, 3], "s2": [0, 1, 2, 3]}
+
+
+def test_targets_depend_on_the_trajectory_and_seed_alone(tmp_path: Path) -> None:
+    chosen = []
+    for name, others, seed in (("one", 0, 0), ("two", 50, 0), ("three", 0, 1)):
+        config = configured(tmp_path / name, seed=seed, **only("eval"))
+        with Store(config.workspace.database_path) as store:
+            add_trajectories(store, ["probe"] + [f"other{i}" for i in range(others)], turns=20)
+            split_stage.run(config, store)
+            chosen.append(targets(store)["probe"])
+            assert store.scalar("SELECT any_value(seed) FROM targets") == seed
+    assert chosen[0] == chosen[1] and chosen[0] != chosen[2]
+
+
+def test_dropped_trajectories_and_turns_leave_splits_and_targets(tmp_path: Path) -> None:
+    config = configured(tmp_path, **only("sft"))
+    with Store(config.workspace.database_path) as store:
+        add_trajectories(store, ["keep", "drop"], turns=3)
+        split_stage.run(config, store)
+        store.execute("UPDATE filter_state SET kept = false WHERE trajectory_id = 'drop'")
+        store.execute("INSERT INTO filter_decisions VALUES ('keep', 1, 'retry_cycle', 'test', 'f', now())")
+        result = split_stage.run(config, store)
+        assert pools(store) == {"keep": "sft"} and targets(store) == {"keep": [0, 2]}
+        assert result.metrics["assignments_removed"] == 1 and result.metrics["targets_removed"] == 4
+
+
+def test_changed_config_reassigns_everything_at_once(config: SimulacraConfig, store: Store, tmp_path: Path) -> None:
+    add_trajectories(store, [f"c{i:03d}" for i in range(400)], turns=8)
+    split_stage.run(config, store)
+    before = pools(store)
+    reseeded = configured(tmp_path, seed=7)
+    result = split_stage.run(reseeded, store)
+    assert pools(store) == before  # the seed picks targets, not pools
+    assert result.metrics["targets_removed"] > 0
+    assert store.scalar("SELECT count(DISTINCT config_hash) FROM splits") == 1
+    assert store.scalar("SELECT any_value(config_hash) FROM targets") == reseeded.section_hash("split")
+    resalted = configured(tmp_path, salt="another-project")
+    split_stage.run(resalted, store)
+    moved = sum(pools(store)[t] != p for t, p in before.items())
+    assert moved > 100 and len(pools(store)) == 400
+    assert store.scalar("SELECT count(*) FROM splits WHERE config_hash <> ?", [resalted.section_hash("split")]) == 0
+
+
+def test_pool_report(config: SimulacraConfig, store: Store) -> None:
+    add_trajectories(store, [f"p{i:03d}" for i in range(100)], turns=4)
+    add_trajectories(store, [f"q{i:03d}" for i in range(100)], turns=3, domain="mcp")
+    result = split_stage.run(config, store)
+    report = split_stage.pool_report(store)
+    assert result.tables["pools"] == report
+    assert [r["pool"] for r in report] == sorted((r["pool"] for r in report), key=POOLS.index)
+    assert sum(r["trajectories"] for r in report) == 200
+    assert sum(r["turns"] for r in report) == 100 * 4 + 100 * 3
+    for row in report:
+        per_trajectory = 4 if row["domain"] == "terminal" else 3
+        assert row["turns"] == row["trajectories"] * per_trajectory
+        expected = {"cpt": 0, "sft": per_trajectory, "rl": 1, "eval": per_trajectory}[row["pool"]]
+        assert row["targets"] == row["trajectories"] * expected
