@@ -4,6 +4,8 @@ Nothing is deleted from `trajectories` or `turns`: a drop is a `filter_decisions
 NULL for a whole trajectory), a judged trajectory a `filter_state` row, and the `kept_trajectories`
 / `kept_turns` views read through them.
 
+- Set-based: the rules' SQL forms judge every unjudged trajectory at once, inside DuckDB
+  (pipeline/filters/judging.py); Python sees only the few observations a pattern could match.
 - Incremental: only trajectories without a `filter_state` row are judged, so the nightly refresh
   judges just what ingest added, and a rerun with nothing new adds no row.
 - Resumable: a batch's decisions and states are written in one transaction; a killed run leaves
@@ -14,48 +16,22 @@ NULL for a whole trajectory), a judged trajectory a `filter_state` row, and the 
   fewer trajectories, never stale ones.
 """
 
-import gc
 import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+import duckdb
 
 from pipeline.config import SimulacraConfig
-from pipeline.filters import Verdict, build_rules
-from pipeline.filters.loading import count_unjudged, unjudged_batches
+from pipeline.faults import maybe_fail
+from pipeline.filters import build_rules
+from pipeline.filters.judging import TURN_DROPS, VERDICTS, drop_judging_tables, judge_unjudged
 from pipeline.progress import progress_bar
 from pipeline.stage import StageResult
 from pipeline.store import Store
 
-# About 50k turns at 10 turns per trajectory: large enough that a batch's header query, its
-# pattern screens and its transaction are cheap next to judging it, small enough that a killed
-# run loses seconds.
-DEFAULT_BATCH_TRAJECTORIES = 5_000
-
-
-@dataclass
-class Tally:
-    judged: int = 0
-    kept: int = 0
-    turns: int = 0
-    kept_turns: int = 0
-    dropped_turns: int = 0
-    by_rule: Counter = field(default_factory=Counter)
-
-    def add(self, verdict: Verdict, turns: int) -> None:
-        self.judged += 1
-        self.turns += turns
-        self.dropped_turns += len(verdict.turn_drops)
-        self.by_rule.update(rule for _, rule, _ in verdict.turn_drops)
-        if verdict.kept:
-            self.kept += 1
-            self.kept_turns += len(verdict.kept_turns)
-        else:
-            self.by_rule[verdict.trajectory_drop[0]] += 1
+# Judging is one set-based pass; batches only bound what a killed run loses while the verdicts
+# are written, each a transaction of two INSERT ... SELECT.
+DEFAULT_BATCH_TRAJECTORIES = 20_000
 
 
 def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT_BATCH_TRAJECTORIES) -> StageResult:
@@ -63,54 +39,57 @@ def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT
     rules = build_rules(config.filter)
     started = time.perf_counter()
     reset = reset_if_config_changed(store, config_hash)
-    tally = Tally()
-    with progress_bar("filter", total=count_unjudged(store)) as advance, _collector_paused():
-        for batch in unjudged_batches(store, batch_trajectories):
-            verdicts = rules.judge_batch([trajectory for _, trajectory in batch])
-            judged = [
-                (trajectory_id, verdict, len(trajectory.turns))
-                for (trajectory_id, trajectory), verdict in zip(batch, verdicts)
-            ]
-            write_verdicts(store, judged, config_hash)
-            for _, verdict, turns in judged:
-                tally.add(verdict, turns)
-            advance(len(judged))
+    con = store.connection
+    try:
+        with progress_bar("filter: judging", total=None):
+            batches = judge_unjudged(con, rules, batch_trajectories)
+        tally = _tally(con)
+        with progress_bar("filter", total=tally["judged"]) as advance:
+            for batch in range(batches):
+                write_batch(store, batch, config_hash)
+                advance(store.scalar(f"SELECT count(*) FROM {VERDICTS} WHERE batch = ?", [batch]))
+                maybe_fail(config, "filter", f"after committing batch {batch + 1} of {batches}")
+    finally:
+        drop_judging_tables(con)
     seconds = time.perf_counter() - started
     metrics: dict[str, Any] = {
-        "judged": tally.judged,
-        "kept": tally.kept,
-        "dropped": tally.judged - tally.kept,
-        "turns": tally.turns,
-        "kept_turns": tally.kept_turns,
-        "dropped_turns": tally.dropped_turns,
-        "by_rule": dict(sorted(tally.by_rule.items())),
+        **tally,
         "rejudged": reset,
         "config_hash": config_hash,
         "seconds": round(seconds, 3),
-        "turns_per_s": round(tally.turns / seconds) if seconds > 0 else None,
+        "turns_per_s": round(tally["turns"] / seconds) if seconds > 0 else None,
     }
+    judged, kept = tally["judged"], tally["kept"]
     summary = (
-        f"judged {tally.judged} trajectories ({tally.turns} turns): kept {tally.kept}, "
-        f"dropped {tally.judged - tally.kept}; {tally.dropped_turns} turns removed by turn rules"
+        f"judged {judged} trajectories ({tally['turns']} turns): kept {kept}, "
+        f"dropped {judged - kept}; {tally['dropped_turns']} turns removed by turn rules"
     )
     if reset:
         summary += f" (filter config changed: {reset} earlier judgements discarded and re-judged)"
     return StageResult("filter", metrics=metrics, summary=summary, tables={"filter-drops": drops_by_rule(store)})
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Loading makes a few objects per turn (the turn, its texts, its metadata) that live until
-    their batch is judged. The collector's passes over them find nothing to free (no reference
-    cycles are made), yet on 1M turns they doubled the loading time (8.9 s against 4.2 s of CPU);
-    so it waits for the stage to end."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+def _tally(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    judged, kept, turns, kept_turns = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE kept), coalesce(sum(turns), 0), coalesce(sum(kept_turns), 0) "
+        f"FROM {VERDICTS}"
+    ).fetchone()
+    by_rule = con.execute(
+        f"""
+        SELECT rule, count(*) FROM (
+            SELECT rule FROM {TURN_DROPS} UNION ALL SELECT rule FROM {VERDICTS} WHERE NOT kept
+        ) GROUP BY rule ORDER BY rule
+        """
+    ).fetchall()
+    return {
+        "judged": judged,
+        "kept": kept,
+        "dropped": judged - kept,
+        "turns": int(turns),
+        "kept_turns": int(kept_turns),
+        "dropped_turns": con.execute(f"SELECT count(*) FROM {TURN_DROPS}").fetchone()[0],
+        "by_rule": dict(by_rule),
+    }
 
 
 def reset_if_config_changed(store: Store, config_hash: str) -> int:
@@ -128,57 +107,32 @@ def reset_if_config_changed(store: Store, config_hash: str) -> int:
     return stale
 
 
-def write_verdicts(store: Store, judged: list[tuple[str, Verdict, int]], config_hash: str) -> None:
+def write_batch(store: Store, batch: int, config_hash: str) -> None:
     """One batch's decisions and states, all or nothing."""
-    decision_ids: list[str] = []
-    turn_indices: list[int | None] = []
-    rules: list[str] = []
-    reasons: list[str] = []
-    for trajectory_id, verdict, _ in judged:
-        for turn_index, rule, reason in verdict.turn_drops:
-            decision_ids.append(trajectory_id)
-            turn_indices.append(turn_index)
-            rules.append(rule)
-            reasons.append(reason)
-        if verdict.trajectory_drop is not None:
-            decision_ids.append(trajectory_id)
-            turn_indices.append(None)
-            rules.append(verdict.trajectory_drop[0])
-            reasons.append(verdict.trajectory_drop[1])
-    decisions = pa.table(
-        {
-            "trajectory_id": pa.array(decision_ids, pa.string()),
-            "turn_index": pa.array(turn_indices, pa.int32()),
-            "rule": pa.array(rules, pa.string()),
-            "reason": pa.array(reasons, pa.string()),
-        }
+    with store.transaction() as tx:
+        insert_decisions(tx, batch, config_hash)
+        insert_states(tx, batch, config_hash)
+
+
+def insert_decisions(tx: duckdb.DuckDBPyConnection, batch: int, config_hash: str) -> None:
+    tx.execute(
+        f"""
+        INSERT INTO filter_decisions
+        SELECT trajectory_id, turn_index, rule, reason, $hash, now() FROM {TURN_DROPS}
+        SEMI JOIN (SELECT trajectory_id FROM {VERDICTS} WHERE batch = $batch) USING (trajectory_id)
+        UNION ALL
+        SELECT trajectory_id, NULL, rule, reason, $hash, now() FROM {VERDICTS} WHERE batch = $batch AND NOT kept
+        """,
+        {"hash": config_hash, "batch": batch},
     )
-    states = pa.table(
-        {
-            "trajectory_id": pa.array([trajectory_id for trajectory_id, _, _ in judged], pa.string()),
-            "kept": pa.array([verdict.kept for _, verdict, _ in judged], pa.bool_()),
-            # Turns the kept_turns view shows for it: none when the trajectory is dropped.
-            "kept_turns": pa.array([len(v.kept_turns) if v.kept else 0 for _, v, _ in judged], pa.int32()),
-        }
+
+
+def insert_states(tx: duckdb.DuckDBPyConnection, batch: int, config_hash: str) -> None:
+    # kept_turns: the turns the kept_turns view shows for it, none when the trajectory is dropped.
+    tx.execute(
+        f"INSERT INTO filter_state SELECT trajectory_id, ?, kept, kept_turns FROM {VERDICTS} WHERE batch = ?",
+        [config_hash, batch],
     )
-    # Registered outside the transaction: unregistering inside an aborted one would raise and hide
-    # the error that aborted it.
-    con = store.connection
-    con.register("verdict_decisions", decisions)
-    con.register("verdict_states", states)
-    try:
-        with store.transaction() as tx:
-            tx.execute(
-                "INSERT INTO filter_decisions SELECT trajectory_id, turn_index, rule, reason, ?, now() "
-                "FROM verdict_decisions",
-                [config_hash],
-            )
-            tx.execute(
-                "INSERT INTO filter_state SELECT trajectory_id, ?, kept, kept_turns FROM verdict_states", [config_hash]
-            )
-    finally:
-        con.unregister("verdict_decisions")
-        con.unregister("verdict_states")
 
 
 def drops_by_rule(store: Store) -> list[dict[str, Any]]:

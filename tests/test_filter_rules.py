@@ -1,15 +1,29 @@
-"""The filter rules as a specification: a trajectory, the config, what is kept, which turns go, and why."""
+"""The filter rules as a specification: a trajectory, the config, what is kept, which turns go, and why.
 
+Each rule decides twice, in Python (the specification, `FilterRules.judge`) and in SQL (what the
+filter stage runs). The table below is the specification; the SQL form is held to the Python one
+on the table and on thousands of random trajectories made of the cases' hard parts.
+"""
+
+import random
 import re
+import sys
+from collections import Counter
 from typing import Any
 
+import duckdb
+import orjson
+import pyarrow as pa
 import pytest
 
 from pipeline.config import ConfigError, load_config
 from pipeline.config.filter import FilterConfig
-from pipeline.filters import build_rules
-from pipeline.filters.patterns import _EXTRA_FOLDS, PatternSet, _required_literals
+from pipeline.filters import FilterRules, Verdict, build_rules
+from pipeline.filters.judging import TURN_DROPS, VERDICTS, drop_judging_tables, judge_unjudged
+from pipeline.filters.patterns import _EXTRA_FOLDS, PatternSet, re2_superset
+from pipeline.filters.sql import PYTHON_WHITESPACE
 from pipeline.schema import SystemPrompt, Trajectory, Turn
+from pipeline.store import Store
 
 SEARCH_TOOLS = [{"type": "function", "function": {"name": "search"}}, {"name": "open_page"}]
 A_SCREEN = "[1] RootWebArea 'Shop'\n  [2] button 'Add to cart'"
@@ -153,7 +167,7 @@ CASES = [
         "turn 2: observation matches environment failure",
     ),
     (
-        "a pattern without a literal is searched directly",
+        "a pattern RE2 cannot say exactly (\\b, \\d) is screened wider, and re decides",
         {"environment_failure_patterns": [r"\bE\d{3}\b"]},
         trajectory(OK, turn("run", "fatal E042 reached")),
         False,
@@ -287,11 +301,88 @@ def test_rule(overrides, case, kept, dropped_turns, reason):
         assert reason in _reasons(verdict)
 
 
-def test_a_batch_is_judged_as_each_trajectory_alone():
-    """The batch form (one pattern screen over all observations) must not mix trajectories up."""
-    rules = build_rules(FilterConfig())
-    cases = [case for _, overrides, case, *_ in CASES if not overrides]
-    assert rules.judge_batch(cases) == [rules.judge(case) for case in cases]
+def judge_in_sql(rules: FilterRules, trajectories: list[Trajectory], batch_trajectories: int = 1_000) -> list[Verdict]:
+    """The SQL forms' verdicts, as `Verdict`s in the Python form's shape (turn drops in rule
+    order, then turn order), from a fresh in-memory store holding `trajectories`."""
+    with Store(":memory:") as store:
+        con = store.connection
+        ids = [f"t{position:06d}" for position in range(len(trajectories))]
+        _insert(con, ids, trajectories)
+        judge_unjudged(con, rules, batch_trajectories)
+        order = {rule.name: position for position, rule in enumerate(rules.turn_rules)}
+        drops: dict[str, list] = {}
+        for trajectory_id, index, rule, reason in con.execute(f"SELECT * FROM {TURN_DROPS}").fetchall():
+            drops.setdefault(trajectory_id, []).append((index, rule, reason))
+        outcomes = {row[0]: row[1:] for row in con.execute(f"SELECT trajectory_id, kept, rule, reason FROM {VERDICTS}").fetchall()}
+        drop_judging_tables(con)
+    verdicts = []
+    for trajectory_id, trajectory in zip(ids, trajectories):
+        turn_drops = sorted(drops.get(trajectory_id, []), key=lambda drop: (order[drop[1]], drop[0]))
+        removed = {index for index, _, _ in turn_drops}
+        kept, rule, reason = outcomes[trajectory_id]
+        verdicts.append(
+            Verdict(
+                kept,
+                [index for index in range(len(trajectory.turns)) if index not in removed],
+                turn_drops,
+                None if kept else (rule, reason),
+            )
+        )
+    return verdicts
+
+
+def _json(value: Any) -> str | None:
+    """As ingest stores JSON columns."""
+    return orjson.dumps(value).decode() if value else None
+
+
+def _insert(con: duckdb.DuckDBPyConnection, ids: list[str], trajectories: list[Trajectory]) -> None:
+    con.register(
+        "new_trajectories",
+        pa.table(
+            {
+                "trajectory_id": ids,
+                "domain": [t.domain for t in trajectories],
+                "tools": pa.array([_json(t.system.tools) for t in trajectories], pa.string()),
+                "num_turns": [len(t.turns) for t in trajectories],
+            }
+        ),
+    )
+    owners = [(trajectory_id, index) for trajectory_id, t in zip(ids, trajectories) for index in range(len(t.turns))]
+    turns = [turn for t in trajectories for turn in t.turns]
+    con.register(
+        "new_turns",
+        pa.table(
+            {
+                "trajectory_id": pa.array([owner for owner, _ in owners], pa.string()),
+                "turn_index": pa.array([index for _, index in owners], pa.int32()),
+                "action": pa.array([u.action for u in turns], pa.string()),
+                "observation": pa.array([u.observation for u in turns], pa.string()),
+                "tool_name": pa.array([u.tool_name for u in turns], pa.string()),
+                "is_error": pa.array([u.is_error for u in turns], pa.bool_()),
+                "metadata": pa.array([_json(u.metadata) for u in turns], pa.string()),
+            }
+        ),
+    )
+    con.execute(
+        "INSERT INTO trajectories (trajectory_id, source, format, domain, task_description, tools, num_turns, location, "
+        "ingested_at) SELECT trajectory_id, 'test', 'simulacra-jsonl', domain, 'simulate', tools, num_turns, 'test', now() "
+        "FROM new_trajectories"
+    )
+    con.execute("INSERT INTO turns SELECT * FROM new_turns")
+    con.unregister("new_trajectories")
+    con.unregister("new_turns")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    list({repr(overrides): overrides for _, overrides, *_ in CASES}.values()),
+    ids=repr,
+)
+def test_the_sql_form_decides_every_case_as_the_python_form(overrides):
+    rules = build_rules(FilterConfig(**overrides))
+    cases = [case for _, case_overrides, case, *_ in CASES if case_overrides == overrides]
+    assert judge_in_sql(rules, cases, batch_trajectories=2) == [rules.judge(case) for case in cases]
 
 
 def test_none_disables_by_not_building_the_rule():
@@ -315,24 +406,92 @@ def test_an_invalid_pattern_is_a_config_error_naming_the_field():
         load_config(None, [{"filter": {"malformed_action_patterns": ["ok", "(unclosed"]}}])
 
 
+def _screen_passes(screen: str, texts: list[str]) -> set[int]:
+    """Positions of `texts` that DuckDB's `regexp_matches` (RE2) finds `screen` in."""
+    rows = duckdb.sql(
+        "SELECT position - 1 FROM unnest($texts) WITH ORDINALITY AS texts(text, position) WHERE regexp_matches(text, $screen)",
+        params={"texts": texts, "screen": screen},
+    ).fetchall()
+    return {position for (position,) in rows}
+
+
 @pytest.mark.parametrize(
-    ("pattern", "required"),
+    ("pattern", "passes", "fails"),
     [
-        (r"(?i)\bcaptcha\b", {("captcha", True)}),
-        (r"(?i)\bsnapshot (not found|missing)\b", {("snapshot ", True)}),
-        (r"(?i)^\s*(error: )?(invalid|malformed) action", {(" action", True)}),
-        (r"(?i)\b(HTTP|status)[ /]?(500|503)\b", {("http", True), ("status", True)}),
-        (r"Trace(?i: \(most recent)", {(" (most recent", True)}),
-        (r"Traceback(?i: \(m)", {("Traceback", False)}),
-        (r"(abc)+d", {("abc", False)}),
-        (r"x(?:y|)zz", {("zz", False)}),
-        (r"\d{3}", None),
-        (r"[Cc]aptcha", {("aptcha", False)}),
+        # \b is left out: "écaptcha" passes the screen, and `re` then says no.
+        (r"(?i)\bcaptcha\b", ["a CAPTCHA", "\u00e9captcha", "captchas"], ["capt cha", "captch"]),
+        (
+            r"(?i)\b(HTTP|status)[ /]?(1\.[01] )?(500|502|503|504)\b",
+            ["\u017ftatus 503", "HTTP/1.1 502", "status5040"],
+            ['"status": "ok"', "HTTP 200", "HTTP/1.2 503"],
+        ),
+        (
+            r"(?i)^\s*(error: )?invalid action",
+            ["\u3000 \u0130nvalid action", "ERROR: INVALID ACTION", "\x1c\u0131nvalid action"],
+            ["tests say: invalid action", "\u200binvalid action"],
+        ),
+        (r"Traceback(?i: \(most)", ["Traceback (MO\u017fT"], ["traceback (most"]),
+        (r"\bE\d{3}\b", ["E042", "E\u0663\u0664\u0665", "Exyz"], ["E4", "e042"]),  # \d: any character
+        (r"(a)b\1", ["aba", "abz"], ["ba"]),  # a backreference: anything at all
+        (r"(?s)a.b", ["a\nb"], ["ab"]),
+        (r"a.b", ["a-b"], ["a\nb"]),
+        (r"[^\s]x", ["yx", "\nyx"], [" x", "\u3000x", "x"]),
+        (r"(?i)[a-f]x", ["Cx", "bX"], ["gx"]),
+        (r"(?i)[h-j]", ["\u0130", "\u0131", "J"], ["g"]),
+        (r"(?i)\u0345", ["\u03b9", "x"], []),  # a non-ASCII character folded: any character
+        (r"x{2000}", ["x" * 2000], ["x" * 999]),
+        (r"(?=abc)ab(?!d)", ["abd"], ["ac"]),
     ],
 )
-def test_required_literals(pattern, required):
-    found = _required_literals(pattern)
-    assert (None if found is None else set(found)) == required
+def test_the_screen_rewrites_a_pattern_into_a_wider_re2_one(pattern, passes, fails):
+    screen = re2_superset(pattern)
+    assert screen is not None
+    assert _screen_passes(screen, passes + fails) == set(range(len(passes)))
+
+
+def random_pattern(rng: random.Random, depth: int = 0) -> str:
+    atoms = [
+        "a", "i", "I", "k", "s", "S", "K", "\u017f", "\u0130", "\u0131", "\u212a", "\u00e9", "\u03b9", "-", " ", ":",
+        r"\.", r"\n", ".", r"\s", r"\S", r"\d", r"\w", r"\W", r"\b", r"\B", "^", "$", r"\A", r"\Z",
+        "[a-f]", "[^ab]", r"[\s]", r"[^\s]", "[\u0131k]", "[A-Z]", r"[^\S]", "[^a-z]", "[\u00e0-\u00ff]",
+    ]
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        roll = rng.random()
+        if depth < 2 and roll < 0.25:
+            opener = rng.choice(["(", "(?:", "(?i:", "(?-i:", "(?s:", "(?=", "(?!", "(?>"])
+            inner = "|".join(random_pattern(rng, depth + 1) for _ in range(rng.randint(1, 3)))
+            parts.append(opener + inner + ")")
+        elif roll < 0.3:
+            parts.append(r"\1")
+        else:
+            parts.append(rng.choice(atoms))
+        if rng.random() < 0.3:
+            parts[-1] += rng.choice(["*", "+", "?", "{1,3}", "*?", "{2}", "++"])
+    flags = rng.choice(["", "", "(?i)", "(?s)", "(?m)", "(?a)", "(?is)", "(?ai)"])
+    return flags + "".join(parts)
+
+
+def test_the_screen_passes_every_text_re_matches():
+    """Random patterns from `re`'s hard parts (case folds, Unicode classes, assertions, flags,
+    backreferences) against random texts from the same characters: whatever `re.search` finds,
+    the RE2 screen passes."""
+    rng = random.Random(7)
+    alphabet = "aiIksSKx\u017f\u0130\u0131\u212a\u00e9\u03b9\u0345 \u3000\x1c\n-:.09E"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(400)]
+    checked = 0
+    for _ in range(400):
+        pattern = random_pattern(rng)
+        try:
+            compiled = re.compile(pattern)
+        except re.error:
+            continue
+        matching = {position for position, text in enumerate(texts) if compiled.search(text)}
+        screen = re2_superset(pattern)
+        assert screen is not None, pattern
+        assert matching <= _screen_passes(screen, texts), pattern
+        checked += len(matching)
+    assert checked > 10_000
 
 
 SCREEN_PATTERNS = [r"(?i)\bcaptcha\b", r"(?i)kernel panic", r"Traceback \(most", r"(?i)\bstatus 50[0-4]\b"]
@@ -352,6 +511,7 @@ SCREEN_TEXTS = [
 
 
 def test_the_screen_finds_exactly_what_re_finds():
+    """DuckDB's RE2 runs the screen; `re` confirms the texts that pass."""
     patterns = PatternSet(SCREEN_PATTERNS)
     assert patterns.screen is not None
     expected = {}
@@ -360,7 +520,12 @@ def test_the_screen_finds_exactly_what_re_finds():
             if re.search(pattern, text):
                 expected[position] = pattern
                 break
-    assert patterns.search_all(SCREEN_TEXTS) == expected
+    passing = duckdb.sql(
+        "SELECT position - 1 FROM unnest(?) WITH ORDINALITY AS texts(text, position) WHERE regexp_matches(text, ?)",
+        params=[SCREEN_TEXTS, patterns.screen],
+    ).fetchall()
+    found = {position: patterns.first_match(SCREEN_TEXTS[position]) for (position,) in passing}
+    assert {position: pattern for position, pattern in found.items() if pattern} == expected
     assert set(expected) == {0, 1, 3, 4, 5, 7, 8}
 
 
@@ -376,3 +541,122 @@ def test_the_extra_case_folds_are_all_that_re_knows():
     assert {key: "".join(sorted(set(value))) for key, value in folds.items()} == {
         key: "".join(sorted(value)) for key, value in _EXTRA_FOLDS.items()
     }
+
+
+def test_python_whitespace_is_what_str_isspace_and_re_accept():
+    every_char = "".join(chr(c) for c in range(sys.maxunicode + 1))
+    assert PYTHON_WHITESPACE == "".join(char for char in every_char if char.isspace())
+    assert PYTHON_WHITESPACE == "".join(re.findall(r"\s", every_char))
+
+
+# The hard parts of the cases above, to draw random trajectories from.
+ACTIONS = ["ls", "click [3]", "", " ", "\t\n", "\u3000", "\x1c", "\x85", "\xa0 ", "\u200b", "\x1f x", "type 'hi'"]
+OBSERVATIONS = [
+    A_SCREEN,
+    A_SCREEN_REINDENTED,
+    ANOTHER_SCREEN,
+    A_SCREEN + "\u2028",
+    "\x1c" + A_SCREEN.replace(" ", "\u3000"),
+    A_SCREEN.replace(" ", "\u200b"),  # a zero-width space is not whitespace: another screen
+    A_SCREEN.replace("\n", " \r\n\u3000 "),
+    "\n" + A_SCREEN + "\n\n",
+    "",
+    " \n ",
+    "file.txt",
+    "Error: invalid action format, expected one bash command",
+    "ERROR: INVALID ACTION",
+    "\u0130nvalid action",  # dotted capital I folds to i in re, not in RE2
+    "\u0131nvalid command",  # so does the dotless i
+    "  malformed json",
+    "tests say: invalid action is rejected",
+    "Unknown tool 'bogus'",
+    "un\u212anown tool",  # the Kelvin sign folds to k
+    "Your response was not formatted correctly.",
+    "HTTP/1.1 503",
+    "\u017ftatus 502",  # the long s folds to s
+    "Please verify you are a human",
+    "\u00e9captcha",  # no word boundary before the c for re (RE2 would see one)
+    "a captcha!",
+    "captcha".ljust(40, "."),
+    "captcha".ljust(41, "."),
+    "Container crashed",
+    "state file corrupted",
+    "fatal E042 reached",
+    "oops: try again",
+]
+TOOL_NAMES = [None, None, "search", "open_page", "delete_all", "it's", 'say "hi"', "new\nline", "\u00e9t\u00e9", "x"]
+TOOL_LISTS = [
+    [],
+    SEARCH_TOOLS,
+    [{"type": "function", "function": {"name": "x"}}, {"name": "it's"}],
+    [{"function": None, "name": "search"}],  # "function" present but not a tool: declares nothing
+    [{"name": 5}, "search"],
+    [{"name": "search"}, {"name": "search"}],
+]
+METADATA = [{}, {}, {"kind": "format_error"}, {"kind": "other"}, {"kind": ["format_error"]}, {"note": "format_error"}]
+DOMAINS = ["terminal", "web", "android", "mcp", "os", "text-game"]
+CONFIGS = [
+    {},
+    {"min_turns": 3, "gui_domains": ["terminal", "web"], "environment_failure_max_chars": 40},
+    {"drop_empty_actions": False, "check_action_space": False},
+    {"malformed_action_patterns": None, "gui_domains": []},
+    {
+        # \d has no exact RE2 spelling, and RE2 refuses the last pattern: no screen, every
+        # observation is searched with re
+        "environment_failure_patterns": [r"\bE\d{3}\b", r"(?i)captcha", r"(?:x{1000}){1000}"],
+        "malformed_action_patterns": [r"(?i)^\s*oops", r"^\s*$"],
+        "min_turns": None,
+    },
+    {
+        "min_turns": None,
+        "check_action_space": None,
+        "environment_failure_patterns": None,
+        "drop_empty_actions": None,
+        "malformed_action_patterns": None,
+        "gui_domains": None,
+    },
+]
+
+
+def random_trajectory(rng: random.Random) -> Trajectory:
+    domain = rng.choice(DOMAINS)
+    # GUI screens repeat often, so no-change runs, and runs broken by a removed turn, are common.
+    observations = OBSERVATIONS[:8] * 4 + OBSERVATIONS if domain in ("web", "android", "os") else OBSERVATIONS
+    turns = [
+        Turn(
+            rng.choice(ACTIONS[:2] * 6 + ACTIONS),
+            rng.choice(observations),
+            rng.choice(TOOL_NAMES),
+            rng.random() < 0.3,
+            rng.choice(METADATA),
+        )
+        for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4, 5, 6, 8]))
+    ]
+    return Trajectory(source="random", domain=domain, turns=turns, system=SystemPrompt("simulate", tools=rng.choice(TOOL_LISTS)))
+
+
+@pytest.mark.parametrize("overrides", CONFIGS, ids=lambda overrides: ",".join(overrides) or "defaults")
+def test_the_sql_form_decides_random_trajectories_as_the_python_form(overrides):
+    rules = build_rules(FilterConfig(**overrides))
+    trajectories = [random_trajectory(random.Random(seed)) for seed in range(3_000)]
+    python = [rules.judge(t) for t in trajectories]
+    sql = judge_in_sql(rules, trajectories, batch_trajectories=700)
+    for trajectory, expected, found in zip(trajectories, python, sql):
+        assert found == expected, trajectory
+    # Not vacuous: every rule built decides something (but a GUI rule without GUI domains).
+    decided = Counter(rule for v in python for _, rule, _ in v.turn_drops)
+    decided.update(v.trajectory_drop[0] for v in python if v.trajectory_drop)
+    assert set(decided) == {rule.name for rule in rules.all} - ({"gui_no_change"} if overrides.get("gui_domains") == [] else set())
+
+
+def test_screens_too_large_to_run_as_one_are_run_one_by_one():
+    """Each rule's screen fits RE2's program limit, their alternation does not."""
+    large = r"(?i)(?:" + "abcdefghijklmnopqrstuvwxyz" * 16 + "){1000}"
+    rules = build_rules(
+        FilterConfig(environment_failure_patterns=[large, r"(?i)\bcaptcha\b"], malformed_action_patterns=[large, r"^oops"])
+    )
+    assert all(rule.searched.screen is not None for rule in rules.all if rule.searched is not None)
+    cases = [trajectory(OK, turn("open", "a CAPTCHA"), OK2), trajectory(OK, turn("x", "oops"), OK2), trajectory(OK, OK2)]
+    verdicts = judge_in_sql(rules, cases)
+    assert verdicts == [rules.judge(case) for case in cases]
+    assert [v.kept for v in verdicts] == [False, True, True] and verdicts[1].turn_drops[0][1] == "retry_cycle"

@@ -183,16 +183,16 @@ def _kill_after(monkeypatch, batches: int) -> None:
     """Let `batches` batch writes commit, then fail the next one half-way, after its decisions
     are inserted and before its states are (a duplicate state row breaks the key), as a process
     killed inside the transaction would."""
-    real = filter_stage.write_verdicts
+    real = filter_stage.insert_states
     calls = []
 
-    def write_then_die(store, judged, config_hash):
+    def insert_then_die(tx, batch, config_hash):
         if len(calls) == batches:
-            real(store, judged + judged[:1], config_hash)
+            real(tx, batch, config_hash)
         calls.append(1)
-        real(store, judged, config_hash)
+        real(tx, batch, config_hash)
 
-    monkeypatch.setattr(filter_stage, "write_verdicts", write_then_die)
+    monkeypatch.setattr(filter_stage, "insert_states", insert_then_die)
 
 
 def test_a_killed_run_keeps_whole_batches_and_the_rerun_completes_without_duplicates(
@@ -247,37 +247,41 @@ def test_the_public_trajectories_filter(public_data, config: SimulacraConfig, st
     assert store.scalar("SELECT count(*) FROM filter_decisions WHERE rule = 'retry_cycle'") == 0
 
 
-def test_batch_and_read_sizes_do_not_change_the_decisions(config, store, corpus, tmp_path, monkeypatch):
-    from pipeline.filters import loading
-
-    monkeypatch.setattr(loading, "TURN_ROWS_PER_READ", 2)  # trajectories straddle Arrow chunks
+def test_the_batch_size_does_not_change_the_decisions(config, store, corpus, tmp_path):
     filter_stage.run(config, store, batch_trajectories=2)
     with Store(tmp_path / "one-batch.duckdb") as fresh:
         insert(fresh, *(t for t, *_ in CORPUS.values()))
-        monkeypatch.undo()
         filter_stage.run(config, fresh)
         assert decisions(store) == decisions(fresh)
 
 
-def test_the_loader_orders_turns_and_judges_what_a_hand_edited_store_holds(config, store):
-    from pipeline.filters.loading import unjudged_batches
-
-    shuffled, short, empty = insert(
-        store, make("shuffled", ok(1), ok(2), ok(3)), make("short", ok(1), ok(2)), make("empty", ok(1))
+def test_a_hand_edited_store_is_judged_as_it_stands(config, store):
+    """Turns stored out of order, turns missing behind num_turns' back, a trajectory with none:
+    judged on the turns the store holds, under their stored indices."""
+    shuffled, short, empty, gap = insert(
+        store,
+        make("shuffled", ok(1), ok(2), ok(3)),
+        make("short", ok(1), ok(2)),
+        make("empty", ok(1)),
+        make("gap", ok(1), ok(2), ("  ", "$", None)),
     )
     with store.transaction() as con:
-        # turns stored out of order; a turn missing behind num_turns' back; a trajectory with none
         con.execute("DELETE FROM turns WHERE trajectory_id = ? AND turn_index = 0", [shuffled])
         con.execute("INSERT INTO turns VALUES (?, 0, 'echo 1', '1', NULL, false, NULL)", [shuffled])
         con.execute("DELETE FROM turns WHERE trajectory_id = ? AND turn_index = 1", [short])
         con.execute("DELETE FROM turns WHERE trajectory_id = ?", [empty])
-    loaded = {i: t for batch in unjudged_batches(store, 10) for i, t in batch}
-    assert [u.action for u in loaded[shuffled].turns] == ["echo 1", "echo 2", "echo 3"]
-    assert [u.action for u in loaded[short].turns] == ["echo 1"]
-    assert loaded[empty].turns == []
-    assert loaded[shuffled].system.task_description == "simulate shuffled"
+        con.execute("DELETE FROM turns WHERE trajectory_id = ? AND turn_index = 0", [gap])
 
     result = filter_stage.run(config, store)
-    assert result.metrics["judged"] == 3
-    reasons = dict(store.execute("SELECT trajectory_id, reason FROM filter_decisions").fetchall())
-    assert reasons == {short: "1 turn (< 2)", empty: "0 turns (< 2)"}
+    assert result.metrics["judged"] == 4
+    assert result.metrics["turns"] == 3 + 1 + 0 + 2
+    assert decisions(store) == sorted(
+        [
+            (short, None, "min_turns", "1 turn (< 2)", config.section_hash("filter")),
+            (empty, None, "min_turns", "0 turns (< 2)", config.section_hash("filter")),
+            (gap, 2, "empty_action", "empty action", config.section_hash("filter")),
+            (gap, None, "min_turns", "1 turn after turn-level filtering (< 2)", config.section_hash("filter")),
+        ],
+        key=repr,
+    )
+    assert store.scalar("SELECT kept_turns FROM filter_state WHERE trajectory_id = ?", [shuffled]) == 3

@@ -3,11 +3,12 @@
 A rule whose field is None (or False, for the switches) is not built at all. Order matters:
 turn rules run first (empty actions, then retry cycles, then GUI no-change, which compares with the
 previous turn still kept); then the trajectory rules, in SPEC order, the first failure giving the
-trajectory's one drop reason.
+trajectory's one drop reason. Each rule has a Python form (the specification) and a SQL form
+(what the filter stage runs, pipeline/filters/judging.py); see pipeline/filters/base.py.
 """
 
 from pipeline.config.filter import FilterConfig
-from pipeline.filters.base import FilterRules, TrajectoryRule, TurnRule, Verdict
+from pipeline.filters.base import FilterRules, Relations, TrajectoryRule, TurnRule, Verdict
 from pipeline.filters.patterns import PatternSet
 from pipeline.filters.trajectory_rules import DeclaredActionSpace, EnvironmentFailure, MinTurns
 from pipeline.filters.turn_rules import EmptyAction, GuiNoChange, RetryCycle
@@ -20,6 +21,7 @@ __all__ = [
     "GuiNoChange",
     "MinTurns",
     "PatternSet",
+    "Relations",
     "RetryCycle",
     "TrajectoryRule",
     "TurnRule",

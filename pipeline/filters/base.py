@@ -6,47 +6,77 @@ datatrove filter does. Turn rules run first, in order, each seeing only the turn
 kept; then the trajectory rules judge what is left, and the first that fails gives the reason.
 Rules only decide: the filter stage records the decisions and deletes nothing.
 
-As in datatrove, a rule decides one item (`drop` / `check`) and the judge calls its batch form
-(`drop_batch` / `check_batch`), which by default loops; a rule that is cheaper over many
-trajectories at once (a regular-expression screen) overrides the batch form instead, and its
-one-item form then calls the batch form with one trajectory. A rule must override one of the two.
+Every rule states its decision twice. `drop` / `check` judge one trajectory in Python: the
+readable specification, which `FilterRules.judge` runs. `drop_sql` / `check_sql` judge every
+trajectory of a run at once, as a DuckDB query over the store (pipeline/filters/judging.py): the
+form the filter stage runs, because building a million turns as Python objects costs ten times
+more than deciding in SQL. tests/test_filter_rules.py holds the two forms to the same decisions,
+reason text included. Where SQL cannot say exactly what Python does (`re`, `repr`), the query
+narrows the work to the few rows that need Python, and Python finishes it.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import duckdb
+
+from pipeline.filters.patterns import PatternSet
 from pipeline.schema import Trajectory
 
 CheckResult = bool | tuple[bool, str]
 TurnDrops = list[tuple[int, str]]
 
 
+@dataclass(frozen=True)
+class Relations:
+    """What a rule's SQL form reads: relations of one judging run, each limited to the
+    trajectories being judged."""
+
+    # trajectory_id, domain, turns (how many the store holds) and, for trajectory rules,
+    # kept_turns (how many the turn rules left).
+    trajectories: str
+    # The turns still kept (for a turn rule, by the rules before it; for a trajectory rule, by
+    # all turn rules): trajectory_id, turn_index, action, observation, tool_name, is_error, metadata.
+    turns: str
+    # trajectory_id, turn_index, pattern: the observations that match the rule's `searched`
+    # patterns, with the first pattern that matches; removed turns included.
+    matches: str
+
+
 class TurnRule:
-    """Subclasses set `name` and implement `drop` or `drop_batch`."""
+    """Subclasses set `name` and implement `drop` and `drop_sql`."""
 
     name: ClassVar[str]
+    # Patterns the judge searches every observation for (one shared pass), and the length above
+    # which an observation is not searched.
+    searched: PatternSet | None = None
+    searched_max_chars: int | None = None
 
     def drop(self, trajectory: Trajectory, kept: Sequence[int]) -> TurnDrops:
         """(turn index, reason) for each turn of `kept` (indices still kept, in order) to remove."""
-        return self.drop_batch([trajectory], [kept])[0]
+        raise NotImplementedError
 
-    def drop_batch(self, trajectories: Sequence[Trajectory], kept: Sequence[Sequence[int]]) -> list[TurnDrops]:
-        return [self.drop(trajectory, indices) for trajectory, indices in zip(trajectories, kept)]
+    def drop_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        """A query of (trajectory_id, turn_index, reason): the turns of `relations.turns` to remove."""
+        raise NotImplementedError
 
 
 class TrajectoryRule:
-    """Subclasses set `name` and implement `check` or `check_batch`."""
+    """Subclasses set `name` and implement `check` and `check_sql`."""
 
     name: ClassVar[str]
+    searched: PatternSet | None = None
+    searched_max_chars: int | None = None
 
     def check(self, trajectory: Trajectory, kept: Sequence[int]) -> CheckResult:
         """True to keep the trajectory, (False, reason) to drop it; `kept` are the indices of the
         turns the turn rules left."""
-        return self.check_batch([trajectory], [kept])[0]
+        raise NotImplementedError
 
-    def check_batch(self, trajectories: Sequence[Trajectory], kept: Sequence[Sequence[int]]) -> list[CheckResult]:
-        return [self.check(trajectory, indices) for trajectory, indices in zip(trajectories, kept)]
+    def check_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        """A query of (trajectory_id, reason): the trajectories of `relations.trajectories` to drop."""
+        raise NotImplementedError
 
 
 @dataclass(slots=True)
@@ -65,30 +95,22 @@ class FilterRules:
     turn_rules: list[TurnRule]
     trajectory_rules: list[TrajectoryRule]
 
-    def judge(self, trajectory: Trajectory) -> Verdict:
-        return self.judge_batch([trajectory])[0]
+    @property
+    def all(self) -> list[TurnRule | TrajectoryRule]:
+        return [*self.turn_rules, *self.trajectory_rules]
 
-    def judge_batch(self, trajectories: Sequence[Trajectory]) -> list[Verdict]:
-        verdicts = [Verdict(True, list(range(len(t.turns)))) for t in trajectories]
+    def judge(self, trajectory: Trajectory) -> Verdict:
+        verdict = Verdict(True, list(range(len(trajectory.turns))))
         for rule in self.turn_rules:
-            all_drops = rule.drop_batch(trajectories, [v.kept_turns for v in verdicts])
-            for verdict, drops in zip(verdicts, all_drops):
-                if drops:
-                    removed = {index for index, _ in drops}
-                    verdict.kept_turns = [index for index in verdict.kept_turns if index not in removed]
-                    verdict.turn_drops.extend((index, rule.name, reason) for index, reason in drops)
-        undecided = list(range(len(trajectories)))
+            drops = rule.drop(trajectory, verdict.kept_turns)
+            if drops:
+                removed = {index for index, _ in drops}
+                verdict.kept_turns = [index for index in verdict.kept_turns if index not in removed]
+                verdict.turn_drops.extend((index, rule.name, reason) for index, reason in drops)
         for rule in self.trajectory_rules:
-            results = rule.check_batch(
-                [trajectories[i] for i in undecided], [verdicts[i].kept_turns for i in undecided]
-            )
-            still = []
-            for position, result in zip(undecided, results):
-                if result is True:
-                    still.append(position)
-                else:
-                    reason = result[1] if isinstance(result, tuple) else rule.name
-                    verdicts[position].kept = False
-                    verdicts[position].trajectory_drop = (rule.name, reason)
-            undecided = still
-        return verdicts
+            result = rule.check(trajectory, verdict.kept_turns)
+            if result is not True:
+                verdict.kept = False
+                verdict.trajectory_drop = (rule.name, result[1] if isinstance(result, tuple) else rule.name)
+                break
+        return verdict

@@ -1,125 +1,78 @@
-"""Read the trajectories the filter has not judged yet, as `Trajectory` objects, batch by batch.
+"""What the filter reads from the store into Python: the observations a rule's patterns could match.
 
-`turns` has no index on trajectory_id (ingest's bulk inserts skip one), so a query per batch would
-scan the whole table every time, and sorting a million turns by trajectory costs more than
-judging them. Instead the turns of every unjudged trajectory are read in one streaming pass, in
-storage order (ingest writes a trajectory's turns together), through Arrow; a trajectory is
-complete once its `num_turns` turns have arrived, and complete trajectories are handed out in
-batches with their header columns (one set-based query per batch). Turn positions are the stored
-`turn_index` (ingest writes 0..n-1).
-
-The stream runs on its own cursor, a snapshot taken before the caller writes anything, so the
-caller may commit judgements for one batch while the next is still being read.
+The rules' SQL forms read the store where it is; Python's `re` is the one part they cannot run
+(pipeline/filters/patterns.py says why RE2 is not the same). So the observations of the judged
+trajectories are screened in DuckDB, in one pass for all rules: one RE2 alternation of every
+rule's screen (its patterns, widened to what RE2 can say), about 0.7 s of CPU per million turns
+however many patterns. Each rule's own screen and length limit then pick its candidates among the
+few that pass, and only those come to Python, where the rule's patterns are searched with `re`.
 """
 
-from collections.abc import Iterator
-from functools import lru_cache
-from typing import Any
+from collections.abc import Sequence
 
-import orjson
-import pyarrow as pa
+import duckdb
 
-from pipeline.schema import SystemPrompt, Trajectory, Turn
-from pipeline.store import Store
+from pipeline.filters.base import TrajectoryRule, TurnRule
+from pipeline.filters.patterns import alternation, compiles_in_re2
+from pipeline.filters.sql import JUDGING_PREFIX, judging_table, no_rows, quote
 
-TURN_ROWS_PER_READ = 65_536
+# The observations that pass some rule's screen: few, unless a rule has no screen.
+CANDIDATES = f"{JUDGING_PREFIX}candidates"
 
-_UNJUDGED = "ANTI JOIN filter_state USING (trajectory_id)"
-_HEADER_COLUMNS = (
-    "trajectory_id", "source", "format", "domain", "task", "task_description", "action_space", "tools",
-    "initial_state", "demonstrations", "simulation_instructions", "outcome_reward", "metadata", "location",
-)
+# The matches relation of a rule that searches nothing.
+NO_MATCHES = f"({no_rows(trajectory_id='VARCHAR', turn_index='INTEGER', pattern='VARCHAR')})"
 
 
-def count_unjudged(store: Store) -> int:
-    return store.scalar(f"SELECT count(*) FROM trajectories {_UNJUDGED}")
-
-
-def unjudged_batches(store: Store, batch_trajectories: int) -> Iterator[list[tuple[str, Trajectory]]]:
-    """(trajectory id, trajectory) for every trajectory without a `filter_state` row, in batches
-    of `batch_trajectories` (the last one smaller)."""
-    con = store.connection
-    expected = dict(con.execute(f"SELECT trajectory_id, num_turns FROM trajectories {_UNJUDGED}").fetchall())
-    if not expected:
-        return
-    reading = con.cursor()
-    try:
-        stream = reading.sql(
-            "SELECT trajectory_id, turn_index, action, observation, tool_name, is_error, metadata FROM turns "
-            f"SEMI JOIN (SELECT trajectory_id FROM trajectories {_UNJUDGED}) USING (trajectory_id)"
-        ).to_arrow_reader(TURN_ROWS_PER_READ)
-        arriving: dict[str, list[tuple[int, Turn]]] = {}
-        complete: list[str] = []
-        handed_out: set[str] = set()
-        for chunk in stream:
-            columns = [chunk.column(i).to_pylist() for i in range(chunk.num_columns)]
-            for owner, index, action, observation, tool_name, is_error, metadata in zip(*columns):
-                turns = arriving.get(owner)
-                if turns is None:
-                    if owner in handed_out:
-                        continue  # more turns than num_turns says (a hand-edited store): judged already
-                    turns = arriving[owner] = []
-                metadata = orjson.loads(metadata) if metadata else {}
-                turns.append((index, Turn(action, observation, tool_name, is_error, metadata)))
-                if len(turns) == expected[owner]:
-                    complete.append(owner)
-            while len(complete) >= batch_trajectories:
-                batch, complete = complete[:batch_trajectories], complete[batch_trajectories:]
-                handed_out.update(batch)
-                yield _assemble(store, batch, arriving)
-    finally:
-        reading.close()
-    # Whatever did not complete (turns missing from a hand-edited store) is judged as it stands.
-    rest = [owner for owner in expected if owner not in handed_out]
-    for start in range(0, len(rest), batch_trajectories):
-        yield _assemble(store, rest[start : start + batch_trajectories], arriving)
-
-
-def _assemble(
-    store: Store, ids: list[str], arriving: dict[str, list[tuple[int, Turn]]]
-) -> list[tuple[str, Trajectory]]:
-    """The trajectories of `ids`, in that order, their turns taken out of `arriving`."""
-    con = store.connection
-    con.register("assembling_ids", pa.table({"trajectory_id": pa.array(ids, pa.string())}))
-    try:
-        header = con.sql(
-            f"SELECT {', '.join(_HEADER_COLUMNS)} FROM trajectories SEMI JOIN assembling_ids USING (trajectory_id)"
-        ).to_arrow_table()
-    finally:
-        con.unregister("assembling_ids")
-    built: dict[str, Trajectory] = {}
-    for row in zip(*(header.column(name).to_pylist() for name in _HEADER_COLUMNS)):
-        (trajectory_id, source, format_name, domain, task, task_description, action_space, tools, initial_state,
-         demonstrations, simulation_instructions, outcome_reward, metadata, location) = row
-        numbered = arriving.pop(trajectory_id, [])
-        numbered.sort(key=_turn_index)
-        built[trajectory_id] = Trajectory(
-            source=source,
-            domain=domain,
-            turns=[turn for _, turn in numbered],
-            system=SystemPrompt(
-                task_description=task_description,
-                action_space=action_space,
-                tools=list(_tools(tools)),
-                initial_state=initial_state,
-                demonstrations=demonstrations,
-                simulation_instructions=simulation_instructions,
-            ),
-            task=task,
-            outcome_reward=outcome_reward,
-            metadata=orjson.loads(metadata) if metadata else {},
-            format=format_name,
-            location=location,
+def search_observations(
+    con: duckdb.DuckDBPyConnection, judged: str, rules: Sequence[TurnRule | TrajectoryRule]
+) -> dict[str, str]:
+    """{rule name: table of (trajectory_id, turn_index, pattern)}, for each rule with patterns to
+    search: the observations of the trajectories in `judged` that match one (no longer than the
+    rule's `searched_max_chars`), with the first that matches. Removed turns are searched too."""
+    searching = [rule for rule in rules if rule.searched is not None and rule.searched.patterns]
+    if not searching:
+        return {}
+    screens = [rule.searched.screen for rule in searching]
+    if None in screens:
+        passes = "true"  # a rule without a screen could match any text: every observation comes
+    elif compiles_in_re2(combined := alternation(screens)):
+        passes = f"regexp_matches(observation, {quote(combined)})"
+    else:
+        passes = " OR ".join(f"regexp_matches(observation, {quote(screen)})" for screen in screens)
+    # Materialised first: else DuckDB pushes the screen into the scan of `turns`, ahead of the
+    # join, and a nightly run that judges a few new trajectories screens the whole store.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE {CANDIDATES} AS
+        WITH judged_turns AS MATERIALIZED (
+            SELECT trajectory_id, turn_index, observation FROM turns SEMI JOIN {judged} USING (trajectory_id)
         )
-    return [(trajectory_id, built[trajectory_id]) for trajectory_id in ids]
+        SELECT * FROM judged_turns WHERE {passes}
+        """
+    )
+    return {rule.name: _rule_matches(con, rule) for rule in searching}
 
 
-def _turn_index(numbered: tuple[int, Turn]) -> int:
-    return numbered[0]
-
-
-@lru_cache(maxsize=256)
-def _tools(text: str | None) -> tuple[dict[str, Any], ...]:
-    """Decoded once per distinct tools list: a source's trajectories usually share one, so they
-    also share its dicts (read them only)."""
-    return tuple(orjson.loads(text)) if text else ()
+def _rule_matches(con: duckdb.DuckDBPyConnection, rule: TurnRule | TrajectoryRule) -> str:
+    conditions = ["true"]
+    if rule.searched.screen is not None:
+        conditions.append(f"regexp_matches(observation, {quote(rule.searched.screen)})")
+    if rule.searched_max_chars is not None:
+        conditions.append(f"length(observation) <= {int(rule.searched_max_chars)}")  # code points, as len()
+    candidates = con.execute(
+        f"SELECT trajectory_id, turn_index, observation FROM {CANDIDATES} WHERE {' AND '.join(conditions)}"
+    ).fetchall()
+    found = [
+        (trajectory_id, turn_index, pattern)
+        for trajectory_id, turn_index, observation in candidates
+        if (pattern := rule.searched.first_match(observation)) is not None
+    ]
+    return judging_table(
+        con,
+        f"matches_{rule.name}",
+        {
+            "trajectory_id": ("VARCHAR", [trajectory_id for trajectory_id, _, _ in found]),
+            "turn_index": ("INTEGER", [turn_index for _, turn_index, _ in found]),
+            "pattern": ("VARCHAR", [pattern for _, _, pattern in found]),
+        },
+    )

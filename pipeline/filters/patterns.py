@@ -1,36 +1,44 @@
-"""A list of regular expressions searched over the observations of many trajectories at once.
+"""A list of regular expressions, and the cheap screen that finds the few texts they could match.
 
 Python's `re` cannot skip ahead in patterns such as `(?i)\\bcaptcha\\b` or `^\\s*(invalid|...)`: it
 tries every pattern at every position, about 40 us for one 250-character observation against the
-default environment-failure list, which alone would cap the filter near 25k turns/s. Nearly every
-pattern needs some literal text to match, though ("captcha", "bad gateway"). `PatternSet` reads
-those required literals from `re`'s own parse of each pattern and looks for all of them in one
-vectorised pass (Arrow's RE2 over a literal alternation, a DFA whose speed does not depend on the
-number of literals); only the few observations that contain one are searched with the patterns.
-The screen never rejects a text a pattern would match: literals are ASCII, compared with the same
-case folding `re` applies, so results are exactly those of searching every text with `re`.
+default environment-failure list, which alone would cap the filter near 25k turns/s. RE2, the
+engine of DuckDB's `regexp_matches`, runs a whole list as one DFA in a single pass over the text,
+but it does not mean what `re` means: its `\\b` and `\\s` are ASCII where `re`'s are Unicode
+("écaptcha" has no word boundary before the c for `re`), and its case folding lacks two of
+`re`'s (dotless i and dotted capital I match `(?i)i` in `re` only).
+
+So each pattern is rewritten, from `re`'s own parse of it, into an RE2 pattern that matches every
+text the original matches and few others: word boundaries and lookarounds are left out (dropping
+an assertion only widens a match), case-insensitive letters become classes with every character
+`re` folds onto them, and whatever has no exact RE2 spelling (a backreference, `\\w`) becomes "any
+character" or "anything". The screen, one alternation of them, runs in DuckDB over every
+observation (pipeline/filters/loading.py); only the few texts it passes are searched with `re`,
+so results are exactly those of searching every text with `re`.
 """
 
 import re
 from collections.abc import Sequence
 
-from pipeline.schema import Trajectory
+import duckdb
+
+from pipeline.filters.sql import PYTHON_WHITESPACE
 
 # Non-ASCII characters that `re`'s IGNORECASE matches with an ASCII letter (U+0130 and U+0131
 # with i, U+017F with s, the Kelvin sign U+212A with k), found by matching every code point
 # against `(?i)` + each printable ASCII character; tests/test_filter_rules.py re-derives them.
 _EXTRA_FOLDS = {"i": "\u0130\u0131", "k": "\u212a", "s": "\u017f"}
-
-# Alternatives (text, case-insensitive?) of which every match of a pattern contains one.
-Requirement = frozenset[tuple[str, bool]]
+_ANY_CHAR = "(?s:.)"
+_ANYTHING = "(?s:.*)"
+# RE2 refuses counted repetitions above 1000; `{n,}` with a smaller n matches more, never less.
+_RE2_MAX_REPEAT = 1000
 
 
 class PatternSet:
     def __init__(self, patterns: Sequence[str]):
         self.patterns = [(pattern, re.compile(pattern)) for pattern in patterns]
-        requirements = [_required_literals(pattern) for pattern in patterns]
-        # One pattern without a required literal could match anything: then no screen at all.
-        self.screen = _alternation(requirements) if requirements and None not in requirements else None
+        # None: no screen, every text is searched with `re`.
+        self.screen = _screen([pattern for pattern, _ in self.patterns])
 
     def first_match(self, text: str) -> str | None:
         """The first pattern (its source) found in `text`, or None."""
@@ -39,99 +47,118 @@ class PatternSet:
                 return pattern
         return None
 
-    def search_all(self, texts: list[str]) -> dict[int, str]:
-        """{position in `texts`: first matching pattern} for the texts that match."""
-        if not self.patterns:
-            return {}
-        candidates = range(len(texts)) if self.screen is None else self._screened(texts)
-        found = {}
-        for position in candidates:
-            pattern = self.first_match(texts[position])
-            if pattern is not None:
-                found[position] = pattern
-        return found
 
-    def search_observations(
-        self, trajectories: Sequence[Trajectory], max_chars: int | None = None
-    ) -> dict[tuple[int, int], str]:
-        """{(position in `trajectories`, turn index): first matching pattern} over every turn's
-        observation, skipping observations longer than `max_chars`."""
-        texts = [turn.observation for trajectory in trajectories for turn in trajectory.turns]
-        owners = [(position, index) for position, t in enumerate(trajectories) for index in range(len(t.turns))]
-        if max_chars is not None:
-            short = [i for i, text in enumerate(texts) if len(text) <= max_chars]
-            texts = [texts[i] for i in short]
-            owners = [owners[i] for i in short]
-        return {owners[i]: pattern for i, pattern in self.search_all(texts).items()}
-
-    def _screened(self, texts: list[str]) -> list[int]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        hits = pc.match_substring_regex(pa.array(texts, pa.large_string()), self.screen)
-        return pc.indices_nonzero(hits).to_pylist()
+def _screen(patterns: list[str]) -> str | None:
+    supersets = [re2_superset(pattern) for pattern in patterns]
+    if not supersets or None in supersets:
+        return None
+    screen = alternation(supersets)
+    # Too large for RE2's program limit: no screen rather than a wrong one.
+    return screen if compiles_in_re2(screen) else None
 
 
-def _alternation(requirements: list[Requirement]) -> str:
-    """An RE2 pattern matching any text that contains one of the literals."""
-    literals = sorted(set().union(*requirements))
-    return "|".join("".join(_re2_char(char, folded) for char in text) for text, folded in literals)
+def alternation(screens: Sequence[str]) -> str:
+    return "|".join(f"(?:{screen})" for screen in screens)
 
 
-def _re2_char(char: str, folded: bool) -> str:
-    if char.isascii() and char.isalpha():
-        if not folded:
-            return char
-        return f"[{char.lower()}{char.upper()}{_EXTRA_FOLDS.get(char.lower(), '')}]"
-    return f"\\x{{{ord(char):x}}}"
-
-
-def _required_literals(pattern: str) -> Requirement | None:
-    """Literal texts one of which every match of `pattern` contains; None when there are none.
-    Reads the parse tree of `re` (a private module): should its shape change, the only cost is
-    the speed-up."""
+def compiles_in_re2(screen: str) -> bool:
     try:
-        from re import _constants as c, _parser
+        with duckdb.connect() as con:
+            con.execute("SELECT regexp_matches('', ?)", [screen]).fetchall()
+    except duckdb.Error:
+        return False
+    return True
+
+
+def re2_superset(pattern: str) -> str | None:
+    """An RE2 pattern matching (in a search) every text `pattern` matches with `re.search`; None
+    when `re`'s parser (a private module) cannot be read: the cost is the speed-up only."""
+    try:
+        from re import _constants, _parser
 
         parsed = _parser.parse(pattern)
-        return _sequence(list(parsed), bool(parsed.state.flags & re.IGNORECASE), c)
+        return _sequence(list(parsed), parsed.state.flags, _constants)
     except Exception:
         return None
 
 
-def _sequence(items: list, ignorecase: bool, c) -> Requirement | None:
-    """Each element of a sequence is required; the most selective requirement among them wins."""
-    candidates: list[Requirement] = []
-    run: list[str] = []
+def _sequence(items: list, flags: int, c) -> str:
+    return "".join(_element(op, argument, flags, c) for op, argument in items)
 
-    def close_run() -> None:
-        if run:
-            text = "".join(run)
-            candidates.append(frozenset({(text.lower() if ignorecase else text, ignorecase)}))
-            run.clear()
 
-    for op, argument in items:
-        if op is c.LITERAL and argument < 128:
-            run.append(chr(argument))
-            continue
-        close_run()
-        if op is c.SUBPATTERN:
-            _, add_flags, del_flags, sub = argument
-            scoped = (ignorecase or bool(add_flags & re.IGNORECASE)) and not del_flags & re.IGNORECASE
-            found = _sequence(list(sub), scoped, c)
-        elif op is c.BRANCH:
-            branches = [_sequence(list(branch), ignorecase, c) for branch in argument[1]]
-            found = None if None in branches else frozenset().union(*branches)
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT) and argument[0] >= 1:
-            found = _sequence(list(argument[2]), ignorecase, c)
-        elif op is c.ATOMIC_GROUP:
-            found = _sequence(list(argument), ignorecase, c)
+def _element(op, argument, flags: int, c) -> str:
+    ignorecase = bool(flags & re.IGNORECASE)
+    if op is c.LITERAL:
+        return _literal(argument, ignorecase)
+    if op is c.NOT_LITERAL:
+        return _ANY_CHAR if ignorecase else f"[^{_code(argument)}]"
+    if op is c.ANY:
+        return _ANY_CHAR if flags & re.DOTALL else "[^\\n]"
+    if op is c.IN:
+        return _class(argument, flags, c)
+    if op is c.BRANCH:
+        return "(?:" + "|".join(_sequence(list(branch), flags, c) for branch in argument[1]) + ")"
+    if op is c.SUBPATTERN:
+        _, add_flags, del_flags, sub = argument
+        return "(?:" + _sequence(list(sub), (flags | add_flags) & ~del_flags, c) + ")"
+    if op is c.ATOMIC_GROUP:
+        return "(?:" + _sequence(list(argument), flags, c) + ")"
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+        low, high, sub = argument
+        repeated = "(?:" + _sequence(list(sub), flags, c) + ")"
+        low = min(low, _RE2_MAX_REPEAT)
+        if high > _RE2_MAX_REPEAT:
+            return f"{repeated}{{{low},}}"
+        return f"{repeated}{{{low},{high}}}"
+    if op is c.AT:
+        if argument is c.AT_BEGINNING:
+            return "(?m:^)" if flags & re.MULTILINE else "^"
+        if argument is c.AT_BEGINNING_STRING:
+            return "\\A"
+        return ""  # \\b, \\B, $, \\Z only narrow a match: without them it matches more
+    if op in (c.ASSERT, c.ASSERT_NOT):
+        return ""
+    return _ANYTHING  # a backreference or a conditional matches some text; this matches any
+
+
+def _literal(code: int, ignorecase: bool) -> str:
+    char = chr(code)
+    if not ignorecase or (char.isascii() and not char.isalpha()):
+        return _code(code)
+    if not char.isascii():
+        return _ANY_CHAR  # `re`'s case folds of non-ASCII characters are not written down here
+    return "[" + "".join(_code(ord(folded)) for folded in _folds(char)) + "]"
+
+
+def _folds(char: str) -> str:
+    """The characters `re`'s IGNORECASE matches with the ASCII letter `char`."""
+    return char.lower() + char.upper() + _EXTRA_FOLDS.get(char.lower(), "")
+
+
+def _class(items: list, flags: int, c) -> str:
+    ignorecase = bool(flags & re.IGNORECASE)
+    negated = bool(items) and items[0][0] is c.NEGATE
+    members = []
+    for op, argument in items[1:] if negated else items:
+        if op is c.LITERAL and (not ignorecase or chr(argument).isascii()):
+            members.append(_code(argument))
+            if ignorecase and chr(argument).isalpha():
+                members.extend(_code(ord(folded)) for folded in _folds(chr(argument)))
+        elif op is c.RANGE and (not ignorecase or argument[1] < 128):
+            low, high = argument
+            members.append(f"{_code(low)}-{_code(high)}")
+            if ignorecase:
+                letters = (chr(code) for code in range(low, high + 1) if chr(code).isalpha())
+                members.extend(_code(ord(folded)) for letter in letters for folded in _folds(letter))
+        elif op is c.CATEGORY and argument is c.CATEGORY_SPACE and not (negated and flags & re.ASCII):
+            members.extend(_code(ord(char)) for char in PYTHON_WHITESPACE)
         else:
-            found = None
-        if found:
-            candidates.append(found)
-    close_run()
-    if not candidates:
-        return None
-    # The longest shortest alternative, then the fewest alternatives: the rarest in real text.
-    return max(candidates, key=lambda r: (min(len(text) for text, _ in r), -len(r)))
+            return _ANY_CHAR
+    if negated:
+        # The complement of a case-folded set is not written down here either.
+        return _ANY_CHAR if ignorecase else "[^" + "".join(members) + "]"
+    return "[" + "".join(members) + "]"
+
+
+def _code(code: int) -> str:
+    return f"\\x{{{code:x}}}"

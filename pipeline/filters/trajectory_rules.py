@@ -5,9 +5,13 @@ They run after the turn rules and see the indices of the turns those kept.
 
 from collections.abc import Sequence
 
-from pipeline.filters.base import CheckResult, TrajectoryRule
+import duckdb
+import orjson
+
+from pipeline.filters.base import CheckResult, Relations, TrajectoryRule
 from pipeline.filters.patterns import PatternSet
-from pipeline.schema import Trajectory
+from pipeline.filters.sql import judging_table
+from pipeline.schema import SystemPrompt, Trajectory
 
 
 class MinTurns(TrajectoryRule):
@@ -28,6 +32,15 @@ class MinTurns(TrajectoryRule):
             return False, f"{count} {noun} after turn-level filtering (< {self.min_turns})"
         return False, f"{count} {noun} (< {self.min_turns})"
 
+    def check_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        return f"""
+            SELECT trajectory_id,
+                   kept_turns || CASE WHEN kept_turns = 1 THEN ' turn' ELSE ' turns' END
+                   || CASE WHEN kept_turns < turns THEN ' after turn-level filtering' ELSE '' END
+                   || ' (< {self.min_turns})' AS reason
+            FROM {relations.trajectories} WHERE kept_turns < {self.min_turns}
+        """
+
 
 class DeclaredActionSpace(TrajectoryRule):
     """SPEC: "drop tool-call trajectories that call a tool not in their declared action space".
@@ -45,8 +58,58 @@ class DeclaredActionSpace(TrajectoryRule):
         for index in kept:
             tool = turns[index].tool_name
             if tool is not None and tool not in declared:
-                return False, f"turn {index} calls {tool!r}, not one of the {len(declared)} declared tools"
+                return False, self._reason(index, tool, len(declared))
         return True
+
+    def check_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        # The declared names come from `SystemPrompt.tool_names` (its reading of a tools list is
+        # the specification), decoded once per distinct list: a source's trajectories share one.
+        # The reason quotes the tool as Python's repr does, so the few offenders are worded in
+        # Python too.
+        tool_lists = con.sql(
+            "SELECT DISTINCT tools::VARCHAR FROM trajectories "
+            f"SEMI JOIN {relations.trajectories} USING (trajectory_id) WHERE tools IS NOT NULL"
+        ).fetchall()
+        declared = {}
+        for (text,) in tool_lists:
+            tools = orjson.loads(text)
+            names = SystemPrompt(tools=tools if isinstance(tools, list) else []).tool_names()
+            if names:
+                declared[text] = sorted(names)
+        offenders = []
+        if declared:
+            tool_sets = judging_table(
+                con,
+                "declared_tool_sets",
+                {"tools": ("VARCHAR", list(declared)), "names": ("VARCHAR[]", list(declared.values()))},
+            )
+            offenders = con.sql(
+                f"""
+                WITH checked AS (
+                    SELECT trajectory_id, names
+                    FROM (SELECT trajectory_id, tools::VARCHAR AS tools FROM trajectories
+                          SEMI JOIN {relations.trajectories} USING (trajectory_id) WHERE tools IS NOT NULL)
+                    JOIN {tool_sets} USING (tools)
+                )
+                SELECT trajectory_id, min(turn_index), arg_min(tool_name, turn_index), any_value(len(names))
+                FROM {relations.turns} JOIN checked USING (trajectory_id)
+                WHERE tool_name IS NOT NULL AND NOT list_contains(names, tool_name)
+                GROUP BY trajectory_id
+                """
+            ).fetchall()
+        failures = judging_table(
+            con,
+            "undeclared_calls",
+            {
+                "trajectory_id": ("VARCHAR", [trajectory_id for trajectory_id, *_ in offenders]),
+                "reason": ("VARCHAR", [self._reason(index, tool, count) for _, index, tool, count in offenders]),
+            },
+        )
+        return f"SELECT trajectory_id, reason FROM {failures}"
+
+    @staticmethod
+    def _reason(index: int, tool: str, declared: int) -> str:
+        return f"turn {index} calls {tool!r}, not one of the {declared} declared tools"
 
 
 class EnvironmentFailure(TrajectoryRule):
@@ -58,15 +121,21 @@ class EnvironmentFailure(TrajectoryRule):
     name = "environment_failure"
 
     def __init__(self, patterns: Sequence[str], max_chars: int):
-        self.failures = PatternSet(patterns)
-        self.max_chars = max_chars
+        self.searched = PatternSet(patterns)
+        self.searched_max_chars = max_chars
 
-    def check_batch(self, trajectories: Sequence[Trajectory], kept: Sequence[Sequence[int]]) -> list[CheckResult]:
-        failures = self.failures.search_observations(trajectories, self.max_chars)
-        first: dict[int, tuple[int, str]] = {}
-        for (position, index), pattern in sorted(failures.items()):
-            first.setdefault(position, (index, pattern))
-        results: list[CheckResult] = [True] * len(trajectories)
-        for position, (index, pattern) in first.items():
-            results[position] = (False, f"turn {index}: observation matches environment failure pattern `{pattern}`")
-        return results
+    def check(self, trajectory: Trajectory, kept: Sequence[int]) -> CheckResult:
+        for index, turn in enumerate(trajectory.turns):
+            if len(turn.observation) <= self.searched_max_chars:
+                pattern = self.searched.first_match(turn.observation)
+                if pattern is not None:
+                    return False, f"turn {index}: observation matches environment failure pattern `{pattern}`"
+        return True
+
+    def check_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        return f"""
+            SELECT trajectory_id,
+                   arg_min('turn ' || turn_index || ': observation matches environment failure pattern `'
+                           || pattern || '`', turn_index) AS reason
+            FROM {relations.matches} GROUP BY trajectory_id
+        """

@@ -6,8 +6,11 @@ the history of a later turn is the kept turns before it.
 
 from collections.abc import Sequence
 
-from pipeline.filters.base import TurnDrops, TurnRule
+import duckdb
+
+from pipeline.filters.base import Relations, TurnDrops, TurnRule
 from pipeline.filters.patterns import PatternSet
+from pipeline.filters.sql import NO_TURNS, is_blank, is_one_of, newlines_as_spaces, words
 from pipeline.schema import Trajectory
 
 
@@ -20,38 +23,67 @@ class EmptyAction(TurnRule):
         turns = trajectory.turns
         return [(index, "empty action") for index in kept if not turns[index].action.strip()]
 
+    def drop_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        return (
+            f"SELECT trajectory_id, turn_index, 'empty action' AS reason FROM {relations.turns} "
+            f"WHERE {is_blank('action')}"
+        )
+
 
 class RetryCycle(TurnRule):
     """SPEC: "skip retry cycles (a malformed action, the error it caused, and the retry: drop the
     failed pair, keep the state so the next valid turn has the right history)".
 
-    A turn is a failed pair when its observation matches a malformed-action pattern, or when the
-    adapter flagged it as a format error (`is_error` with metadata `kind: format_error`). It is
-    dropped only when a kept turn follows it (the retry): the last kept turn is the harness's
-    genuine answer to the trajectory's last action, not a cycle. Dropping only the pair keeps
-    everything before it, so the retry's history is the state the environment was really in.
+    A turn is a failed pair when the adapter flagged it as a format error (`is_error` with
+    metadata `kind: format_error`), or else when its observation matches a malformed-action
+    pattern. It is dropped only when a kept turn follows it (the retry): the last kept turn is
+    the harness's genuine answer to the trajectory's last action, not a cycle. Dropping only the
+    pair keeps everything before it, so the retry's history is the state the environment was
+    really in.
     """
 
     name = "retry_cycle"
 
     def __init__(self, malformed_action_patterns: Sequence[str]):
-        self.malformed = PatternSet(malformed_action_patterns)
+        self.searched = PatternSet(malformed_action_patterns)
 
-    def drop_batch(self, trajectories: Sequence[Trajectory], kept: Sequence[Sequence[int]]) -> list[TurnDrops]:
-        malformed = self.malformed.search_observations(trajectories)
-        all_drops = []
-        for position, (trajectory, indices) in enumerate(zip(trajectories, kept)):
-            turns = trajectory.turns
-            drops = []
-            for index, retry in zip(indices, indices[1:]):
-                turn = turns[index]
-                if turn.is_error and turn.metadata.get("kind") == "format_error":
-                    drops.append((index, f"format error retried at turn {retry}"))
-                elif (position, index) in malformed:
-                    pattern = malformed[position, index]
-                    drops.append((index, f"malformed action (observation matches `{pattern}`) retried at turn {retry}"))
-            all_drops.append(drops)
-        return all_drops
+    def drop(self, trajectory: Trajectory, kept: Sequence[int]) -> TurnDrops:
+        turns = trajectory.turns
+        drops = []
+        for index, retry in zip(kept, kept[1:]):
+            turn = turns[index]
+            if turn.is_error and turn.metadata.get("kind") == "format_error":
+                drops.append((index, f"format error retried at turn {retry}"))
+            elif (pattern := self.searched.first_match(turn.observation)) is not None:
+                drops.append((index, f"malformed action (observation matches `{pattern}`) retried at turn {retry}"))
+        return drops
+
+    def drop_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        # Failed pairs are few: only their trajectories' kept turns are put in order to find
+        # each one's retry.
+        return f"""
+            WITH flagged AS (
+                SELECT trajectory_id, turn_index, NULL AS pattern FROM {relations.turns}
+                WHERE is_error AND json_extract_string(metadata, '$.kind') = 'format_error'
+                UNION ALL
+                SELECT trajectory_id, turn_index, pattern FROM {relations.matches}
+            ),
+            failed AS (
+                SELECT trajectory_id, turn_index, bool_or(pattern IS NULL) AS format_error, max(pattern) AS pattern
+                FROM flagged GROUP BY trajectory_id, turn_index
+            ),
+            followed AS (
+                SELECT trajectory_id, turn_index,
+                       lead(turn_index) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS retry
+                FROM {relations.turns} SEMI JOIN failed USING (trajectory_id)
+            )
+            SELECT trajectory_id, turn_index,
+                   CASE WHEN format_error THEN 'format error retried at turn ' || retry
+                        ELSE 'malformed action (observation matches `' || pattern || '`) retried at turn ' || retry
+                   END AS reason
+            FROM followed JOIN failed USING (trajectory_id, turn_index)
+            WHERE retry IS NOT NULL
+        """
 
 
 class GuiNoChange(TurnRule):
@@ -78,3 +110,33 @@ class GuiNoChange(TurnRule):
             else:
                 previous_words, previous_index = words, index
         return drops
+
+    def drop_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
+        if not self.gui_domains:
+            return NO_TURNS
+        # A dropped turn shows the same words as the turn before it, so "the previous kept
+        # observation" is the previous turn's, and the turn it is unchanged from is the last turn
+        # before it that changed something.
+        return f"""
+            WITH screens AS (
+                SELECT trajectory_id, turn_index, {words(newlines_as_spaces('observation'))} AS screen
+                FROM {relations.turns} SEMI JOIN (
+                    SELECT trajectory_id FROM {relations.trajectories}
+                    WHERE {is_one_of('domain', sorted(self.gui_domains))}
+                ) USING (trajectory_id)
+            ),
+            changes AS (
+                SELECT trajectory_id, turn_index,
+                       screen IS DISTINCT FROM lag(screen) OVER (PARTITION BY trajectory_id ORDER BY turn_index)
+                           AS changed
+                FROM screens
+            ),
+            shown AS (
+                SELECT trajectory_id, turn_index, changed,
+                       max(CASE WHEN changed THEN turn_index END)
+                           OVER (PARTITION BY trajectory_id ORDER BY turn_index ROWS UNBOUNDED PRECEDING) AS shown_at
+                FROM changes
+            )
+            SELECT trajectory_id, turn_index, 'observation unchanged from turn ' || shown_at AS reason
+            FROM shown WHERE NOT changed
+        """
