@@ -7,6 +7,7 @@ normalised form, so the same trajectory read twice, from the same file or anothe
 
 import hashlib
 import json
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,24 +63,66 @@ class Trajectory:
 
     def content_id(self) -> str:
         """Hash of what the trajectory says, not where it came from: source, location, format and
-        metadata (timestamps, run ids) are left out so a re-export of the same run deduplicates."""
-        s = self.system
-        canonical = [
-            self.task,
-            s.task_description,
-            s.action_space,
-            s.tools,
-            s.initial_state,
-            s.demonstrations,
-            s.simulation_instructions,
-            [[t.action, t.observation, t.tool_name, t.is_error] for t in self.turns],
-        ]
+        metadata (timestamps, run ids) are left out so a re-export of the same run deduplicates.
+
+        SHA-256 (first 128 bits, hex) of `content_header`, then the turns column by column: the
+        UTF-8 byte lengths of every action, observation and tool name (-1 for none) and every
+        error flag (0/1) as little-endian int64, then all actions, all observations and all tool
+        names. Length-prefixed, so no two trajectories share the text; column by column, so the SQL
+        fast path of ingestion (pipeline/formats/simulacra_jsonl_sql.py) hashes DuckDB's Arrow
+        buffers as they come, without building the text. Both must change together."""
         try:
-            payload = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-        except orjson.JSONEncodeError as exc:
-            # orjson refuses lone surrogates: text that cannot be valid UTF-8 is caught here, for free.
+            actions = [t.action.encode("utf-8") for t in self.turns]
+            observations = [t.observation.encode("utf-8") for t in self.turns]
+            tool_names = [b"" if t.tool_name is None else t.tool_name.encode("utf-8") for t in self.turns]
+            header = content_header(self).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # A lone surrogate (from a lenient decoder upstream) is text that cannot be valid UTF-8.
             raise RecordError(f"not valid UTF-8 text: {exc}") from None
-        return hashlib.blake2b(payload, digest_size=16).hexdigest()
+        lengths = (
+            [len(a) for a in actions]
+            + [len(o) for o in observations]
+            + [-1 if t.tool_name is None else len(n) for t, n in zip(self.turns, tool_names)]
+            + [int(t.is_error) for t in self.turns]
+        )
+        digest = hashlib.sha256(header)
+        digest.update(struct.pack(f"<{len(lengths)}q", *lengths))
+        for column in (actions, observations, tool_names):
+            digest.update(b"".join(column))
+        return digest.hexdigest()[:CONTENT_ID_CHARS]
+
+
+# 128 bits of SHA-256 in hex: collisions are out of reach for any corpus, and ids stay short.
+CONTENT_ID_CHARS = 32
+
+
+def content_header(trajectory: "Trajectory") -> str:
+    """The system prompt's parts (tool schemas in canonical JSON), the task and the number of turns,
+    as self-delimiting fields."""
+    s = trajectory.system
+    parts = (canonical_tools(s.tools), trajectory.task, s.task_description, s.action_space, s.initial_state,
+             s.demonstrations, s.simulation_instructions)
+    return "".join(content_field(part) for part in parts) + f"N{len(trajectory.turns)}:"
+
+
+def content_field(value: str | None) -> str:
+    """`N` for a missing field, else `S<length in UTF-8 bytes>:<text>`."""
+    if value is None:
+        return "N"
+    size = len(value) if value.isascii() else len(value.encode("utf-8"))
+    return f"S{size}:{value}"
+
+
+def canonical_tools(tools: list[Any]) -> str | None:
+    """The tool schemas as hashed: minified JSON with sorted keys, so key order does not change the
+    id. None when there are none. Raises RecordError for what JSON cannot hold."""
+    if not tools:
+        return None
+    try:
+        return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError as exc:
+        # orjson refuses lone surrogates: text that cannot be valid UTF-8 is caught here.
+        raise RecordError(f"not valid UTF-8 text: {exc}") from None
 
 
 def require_text(value: Any, what: str) -> str:

@@ -5,6 +5,10 @@ quarantine row with its reason and location. Records are written in batches, one
 batch together with the file's progress row, so a killed run resumes after the last committed
 record, and a completed, unchanged file is skipped (the nightly refresh). For every file and in
 total: records read = trajectories added + duplicates + quarantined.
+
+The project's own JSONL takes a fast path (pipeline/formats/simulacra_jsonl_sql.py): DuckDB checks
+and extracts a whole batch of lines, and hands the lines it cannot vouch for to the Python adapter,
+so both paths store the same rows and quarantine with the same reasons.
 """
 
 import hashlib
@@ -13,13 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
 import pyarrow as pa
 
 from pipeline import formats
 from pipeline.config import SimulacraConfig
 from pipeline.config.ingest import SourceConfig
-from pipeline.formats.base import Document, FormatAdapter, Malformed, raw_text
+from pipeline.faults import maybe_fail
+from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
+from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.progress import progress_bar
 from pipeline.schema import RecordError, Trajectory, check_limits
 from pipeline.sources import Input, expand
@@ -49,9 +56,11 @@ class Counts:
 
 @dataclass
 class _Batch:
-    trajectories: list[tuple[str, Trajectory]] = field(default_factory=list)
+    # (position in the file, id, trajectory): the position orders duplicates, the first is kept.
+    trajectories: list[tuple[int, str, Trajectory]] = field(default_factory=list)
     quarantined: list[Malformed] = field(default_factory=list)
     records: int = 0
+    staged: int = 0  # trajectories the SQL fast path staged (jsonl_sql's tables), positions = line numbers
 
 
 def source_for_path(path: str, name: str | None, format_name: str | None, domain: str | None) -> SourceConfig:
@@ -126,9 +135,14 @@ def _ingest_input(
     resume_after = counts.records_read
     cfg = config.ingest
     chosen: FormatAdapter | None = _forced_adapter(source)
-    batch = _Batch()
     label = Path(item.path).name
     with progress_bar(f"ingest {label}", total=None) as advance:
+        if cfg.sql_fast_path and not item.is_hf and Path(item.path).suffix.lower() in JSONL_SUFFIXES:
+            adapter = chosen or _detect_jsonl(Path(item.path))
+            if adapter is not None and adapter.name == jsonl_sql.FORMAT:
+                _ingest_jsonl_sql(config, store, source, item, digest, adapter, counts, advance)
+                return counts
+        batch = _Batch()
         index = 0
         for document in item.documents():
             if isinstance(document, Malformed):
@@ -142,18 +156,77 @@ def _ingest_input(
                 if index <= resume_after:
                     continue  # committed by an earlier, interrupted run
                 batch.records += 1
-                parsed = _parse(record, chosen, source, cfg)
-                if isinstance(parsed, Malformed):
-                    batch.quarantined.append(parsed)
-                else:
-                    batch.trajectories.append(parsed)
+                _add(batch, index, _parse(record, chosen, source, cfg))
                 if batch.records >= cfg.batch_trajectories:
                     _commit(store, source, item, digest, chosen, batch, counts, completed=False)
                     advance(batch.records)
                     batch = _Batch()
+                    maybe_fail(config, "ingest", f"after committing {counts.records_read} records of {item.path}")
         _commit(store, source, item, digest, chosen, batch, counts, completed=True)
         advance(batch.records)
     return counts
+
+
+def _add(batch: _Batch, position: int, parsed: Any) -> None:
+    if isinstance(parsed, Malformed):
+        batch.quarantined.append(parsed)
+    else:
+        trajectory_id, trajectory = parsed
+        batch.trajectories.append((position, trajectory_id, trajectory))
+
+
+def _detect_jsonl(path: Path) -> FormatAdapter | None:
+    """The adapter the Python path would choose: the first line that is JSON decides."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                document = jsonl_document(line, f"{path}:{number}")
+                if isinstance(document, Document):
+                    return formats.detect(document.content)
+    return None
+
+
+def _ingest_jsonl_sql(
+    config: SimulacraConfig,
+    store: Store,
+    source: SourceConfig,
+    item: Input,
+    digest: str,
+    adapter: FormatAdapter,
+    counts: Counts,
+    advance,
+) -> None:
+    """The fast path: one chunk of `batch_trajectories` lines per transaction, as the Python path."""
+    cfg = config.ingest
+    path = Path(item.path)
+    for chunk in jsonl_lines.line_chunks(path, counts.records_read, cfg.batch_trajectories):
+        batch = _stage_chunk(store, source, path, adapter, chunk, cfg)
+        try:
+            _commit(store, source, item, digest, adapter, batch, counts, completed=False)
+        finally:
+            jsonl_sql.drop_staged(store.connection)
+        advance(batch.records)
+        maybe_fail(config, "ingest", f"after committing {counts.records_read} records of {item.path}")
+    _commit(store, source, item, digest, adapter, _Batch(), counts, completed=True)
+
+
+def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: FormatAdapter, chunk, cfg) -> _Batch:
+    """Stage what DuckDB can vouch for; parse the rest with the Python adapter, as the Python path."""
+    batch = _Batch(records=chunk.records)
+    try:
+        staged = jsonl_sql.stage(store.connection, chunk, source.domain, cfg.max_action_chars, cfg.max_observation_chars)
+        batch.staged, routed = staged.rows, staged.routed
+    except duckdb.Error:
+        # DuckDB refused something (a construct its reader rejects): this chunk goes the Python way.
+        jsonl_sql.drop_staged(store.connection)
+        routed = list(range(chunk.records))
+    for index in routed:
+        number = int(chunk.numbers[index])
+        document = jsonl_document(chunk.line(index), f"{path}:{number}")
+        records = iter([document]) if isinstance(document, Malformed) else _records(adapter, document)
+        for record in records:
+            _add(batch, number, _parse(record, adapter, source, cfg))
+    return batch
 
 
 def _forced_adapter(source: SourceConfig) -> FormatAdapter | None:
@@ -202,20 +275,12 @@ def _commit(
 ) -> None:
     """Write one batch and the file's progress in one transaction."""
     with store.transaction() as con:
-        existing = _existing_ids(con, [trajectory_id for trajectory_id, _ in batch.trajectories])
-        fresh: list[tuple[str, Trajectory]] = []
-        for trajectory_id, trajectory in batch.trajectories:
-            if trajectory_id in existing:
-                continue
-            existing.add(trajectory_id)  # the same trajectory twice in one batch is one row
-            fresh.append((trajectory_id, trajectory))
-        if fresh:
-            _insert_trajectories(con, fresh)
+        added = _insert_new(con, source, item, batch) if batch.trajectories or batch.staged else 0
         if batch.quarantined:
             _insert_quarantine(con, source.name, batch.quarantined)
         counts.records_read += batch.records
-        counts.added += len(fresh)
-        counts.duplicates += len(batch.trajectories) - len(fresh)
+        counts.added += added
+        counts.duplicates += len(batch.trajectories) + batch.staged - added
         counts.quarantined += len(batch.quarantined)
         con.execute(
             "INSERT INTO sources VALUES (?, now(), now()) ON CONFLICT (name) DO UPDATE SET last_ingested = now()",
@@ -238,51 +303,84 @@ def _commit(
         )
 
 
-def _existing_ids(con, ids: list[str]) -> set[str]:
-    if not ids:
-        return set()
-    candidates = pa.table({"trajectory_id": pa.array(ids, pa.string())})
-    con.register("batch_ids", candidates)
+def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch) -> int:
+    """Insert the batch's trajectories whose id the store does not hold, the first occurrence of
+    each (by position in the file); returns how many."""
+    candidates = []
+    if batch.trajectories:
+        trajectories, turns = _arrow_rows(batch.trajectories)
+        con.register("new_trajectories", trajectories)
+        con.register("new_turns", turns)
+        candidates.append("SELECT position, trajectory_id FROM new_trajectories")
+    if batch.staged:
+        candidates.append("SELECT position, trajectory_id FROM jsonl_keys")
     try:
-        rows = con.execute(
-            "SELECT trajectory_id FROM trajectories WHERE trajectory_id IN (SELECT trajectory_id FROM batch_ids)"
-        ).fetchall()
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE batch_chosen AS
+            SELECT c.position, c.trajectory_id FROM ({" UNION ALL ".join(candidates)}) c
+            ANTI JOIN trajectories t ON t.trajectory_id = c.trajectory_id
+            QUALIFY row_number() OVER (PARTITION BY c.trajectory_id ORDER BY c.position) = 1"""
+        )
+        if batch.trajectories:
+            con.execute(
+                f"INSERT INTO trajectories ({', '.join(TRAJECTORY_COLUMNS)}, ingested_at) "
+                f"SELECT {', '.join(TRAJECTORY_COLUMNS)}, now() FROM new_trajectories SEMI JOIN batch_chosen USING (position)"
+            )
+            con.execute(
+                f"INSERT INTO turns ({', '.join(TURN_COLUMNS)}) "
+                f"SELECT {', '.join(TURN_COLUMNS)} FROM new_turns SEMI JOIN batch_chosen USING (position)"
+            )
+        if batch.staged:
+            jsonl_sql.insert_chosen(con, source.name, f"{Path(item.path)}:")
+        added = con.execute("SELECT count(*) FROM batch_chosen").fetchall()[0][0]
+        con.execute("DROP TABLE batch_chosen")  # on failure, the rollback takes it away
+        return added
     finally:
-        con.unregister("batch_ids")
-    return {row[0] for row in rows}
+        if batch.trajectories:
+            con.unregister("new_trajectories")
+            con.unregister("new_turns")
 
 
 def _json(value: Any) -> str | None:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode() if value else None
 
 
-def _insert_trajectories(con, fresh: list[tuple[str, Trajectory]]) -> None:
+TRAJECTORY_COLUMNS = (
+    "trajectory_id", "source", "format", "domain", "task", "task_description", "action_space", "tools",
+    "initial_state", "demonstrations", "simulation_instructions", "outcome_reward", "num_turns", "metadata", "location",
+)
+TURN_COLUMNS = ("trajectory_id", "turn_index", "action", "observation", "tool_name", "is_error", "metadata")
+
+
+def _arrow_rows(rows: list[tuple[int, str, Trajectory]]) -> tuple[pa.Table, pa.Table]:
     # Column-wise comprehensions into Arrow, then one INSERT per table: the per-turn Python work is
     # a few list appends, and DuckDB does the rest in bulk.
     trajectories = pa.table(
         {
-            "trajectory_id": pa.array([i for i, _ in fresh], pa.string()),
-            "source": pa.array([t.source for _, t in fresh], pa.string()),
-            "format": pa.array([t.format for _, t in fresh], pa.string()),
-            "domain": pa.array([t.domain for _, t in fresh], pa.string()),
-            "task": pa.array([t.task for _, t in fresh], pa.string()),
-            "task_description": pa.array([t.system.task_description for _, t in fresh], pa.string()),
-            "action_space": pa.array([t.system.action_space for _, t in fresh], pa.string()),
-            "tools": pa.array([_json(t.system.tools) for _, t in fresh], pa.string()),
-            "initial_state": pa.array([t.system.initial_state for _, t in fresh], pa.string()),
-            "demonstrations": pa.array([t.system.demonstrations for _, t in fresh], pa.string()),
-            "simulation_instructions": pa.array([t.system.simulation_instructions for _, t in fresh], pa.string()),
-            "outcome_reward": pa.array([t.outcome_reward for _, t in fresh], pa.float64()),
-            "num_turns": pa.array([len(t.turns) for _, t in fresh], pa.int32()),
-            "metadata": pa.array([_json(t.metadata) for _, t in fresh], pa.string()),
-            "location": pa.array([t.location for _, t in fresh], pa.string()),
+            "position": pa.array([p for p, _, _ in rows], pa.int64()),
+            "trajectory_id": pa.array([i for _, i, _ in rows], pa.string()),
+            "source": pa.array([t.source for *_, t in rows], pa.string()),
+            "format": pa.array([t.format for *_, t in rows], pa.string()),
+            "domain": pa.array([t.domain for *_, t in rows], pa.string()),
+            "task": pa.array([t.task for *_, t in rows], pa.string()),
+            "task_description": pa.array([t.system.task_description for *_, t in rows], pa.string()),
+            "action_space": pa.array([t.system.action_space for *_, t in rows], pa.string()),
+            "tools": pa.array([_json(t.system.tools) for *_, t in rows], pa.string()),
+            "initial_state": pa.array([t.system.initial_state for *_, t in rows], pa.string()),
+            "demonstrations": pa.array([t.system.demonstrations for *_, t in rows], pa.string()),
+            "simulation_instructions": pa.array([t.system.simulation_instructions for *_, t in rows], pa.string()),
+            "outcome_reward": pa.array([t.outcome_reward for *_, t in rows], pa.float64()),
+            "num_turns": pa.array([len(t.turns) for *_, t in rows], pa.int32()),
+            "metadata": pa.array([_json(t.metadata) for *_, t in rows], pa.string()),
+            "location": pa.array([t.location for *_, t in rows], pa.string()),
         }
     )
-    all_turns = [turn for _, t in fresh for turn in t.turns]
+    all_turns = [turn for *_, t in rows for turn in t.turns]
     turns = pa.table(
         {
-            "trajectory_id": pa.array([i for i, t in fresh for _ in t.turns], pa.string()),
-            "turn_index": pa.array([n for _, t in fresh for n in range(len(t.turns))], pa.int32()),
+            "position": pa.array([p for p, _, t in rows for _ in t.turns], pa.int64()),
+            "trajectory_id": pa.array([i for _, i, t in rows for _ in t.turns], pa.string()),
+            "turn_index": pa.array([n for *_, t in rows for n in range(len(t.turns))], pa.int32()),
             "action": pa.array([turn.action for turn in all_turns], pa.string()),
             "observation": pa.array([turn.observation for turn in all_turns], pa.string()),
             "tool_name": pa.array([turn.tool_name for turn in all_turns], pa.string()),
@@ -290,16 +388,7 @@ def _insert_trajectories(con, fresh: list[tuple[str, Trajectory]]) -> None:
             "metadata": pa.array([_json(turn.metadata) for turn in all_turns], pa.string()),
         }
     )
-    con.register("new_trajectories", trajectories)
-    con.register("new_turns", turns)
-    try:
-        con.execute(
-            "INSERT INTO trajectories SELECT *, now() AS ingested_at FROM new_trajectories"
-        )
-        con.execute("INSERT INTO turns SELECT * FROM new_turns")
-    finally:
-        con.unregister("new_trajectories")
-        con.unregister("new_turns")
+    return trajectories, turns
 
 
 def _insert_quarantine(con, source: str, rows: list[Malformed]) -> None:

@@ -1,4 +1,8 @@
-"""Ingestion: quarantine with reasons, idempotency, the nightly refresh, count conservation, resume."""
+"""Ingestion: quarantine with reasons, idempotency, the nightly refresh, count conservation, resume.
+
+The project's own JSONL is read by the SQL fast path unless `ingest.sql_fast_path` is off; tests
+that matter for both readers run once per reader (`reader` fixture). That the two store the same
+rows is tests/test_ingest_fast_path.py."""
 
 import json
 from pathlib import Path
@@ -27,6 +31,13 @@ def write_jsonl(path: Path, lines: list[str | bytes]) -> Path:
     return path
 
 
+@pytest.fixture(params=["sql", "python"])
+def reader(request, config):
+    """Run the test with the SQL fast path, then with the Python adapter alone."""
+    config.ingest.sql_fast_path = request.param == "sql"
+    return request.param
+
+
 def good(n: int, **kwargs) -> str:
     return json.dumps(to_record(trajectory(n, **kwargs)))
 
@@ -50,20 +61,21 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("line,reason", MALFORMED, ids=[r for _, r in MALFORMED])
-def test_malformed_record_is_quarantined_with_reason_and_location(config, store, tmp_path, line, reason):
+def test_malformed_record_is_quarantined_with_reason_and_location(config, store, tmp_path, reader, line, reason):
     config.ingest.max_observation_chars = 100
-    path = write_jsonl(tmp_path / "mixed.jsonl", [good(1), line, good(2)])
+    # Blank lines count for the location and are not records.
+    path = write_jsonl(tmp_path / "mixed.jsonl", [good(1), "", "  ", line, good(2)])
     result = ingest.run(config, store, paths=[str(path)])
     assert result.metrics["added"] == 2
     assert result.metrics["quarantined"] == 1
     row = store.rows("SELECT location, error, raw FROM quarantine")[0]
     assert reason in row["error"]
-    assert row["location"] == f"{path}:2"
+    assert row["location"] == f"{path}:4"
     assert row["raw"]
     assert counts_conserved(result.metrics)
 
 
-def test_reingesting_adds_nothing_and_skips_unchanged_files(config, store, tmp_path):
+def test_reingesting_adds_nothing_and_skips_unchanged_files(config, store, tmp_path, reader):
     path = write_jsonl(tmp_path / "a.jsonl", [good(i) for i in range(5)] + ["{bad"])
     first = ingest.run(config, store, paths=[str(path)])
     second = ingest.run(config, store, paths=[str(path)])
@@ -89,7 +101,7 @@ def test_nightly_refresh_adds_only_new_files_and_new_trajectories(config, store,
     assert store.scalar("SELECT count(*) FROM trajectories") == 7
 
 
-def test_same_trajectory_in_one_batch_or_two_sources_is_one_row(config, store, tmp_path):
+def test_same_trajectory_in_one_batch_or_two_sources_is_one_row(config, store, tmp_path, reader):
     a = write_jsonl(tmp_path / "a.jsonl", [good(1), good(1)])
     b = write_jsonl(tmp_path / "b.jsonl", [good(1)])
     first = ingest.run(config, store, paths=[str(a)])
@@ -99,7 +111,7 @@ def test_same_trajectory_in_one_batch_or_two_sources_is_one_row(config, store, t
     assert store.scalar("SELECT count(*) FROM trajectories") == 1
 
 
-def test_killed_run_resumes_after_last_committed_batch(config, store, tmp_path, monkeypatch):
+def test_killed_run_resumes_after_last_committed_batch(config, store, tmp_path, monkeypatch, reader):
     config.ingest.batch_trajectories = 3
     path = write_jsonl(tmp_path / "big.jsonl", [good(i) for i in range(10)] + ["{bad"])
     real_commit = ingest._commit
@@ -117,12 +129,21 @@ def test_killed_run_resumes_after_last_committed_batch(config, store, tmp_path, 
     assert store.scalar("SELECT count(*) FROM trajectories") == 6
     assert store.scalar("SELECT completed FROM ingested_files") is False
 
-    parsed = []
-    real_parse = ingest._parse
+    # What the second run reads: records through the Python adapter, lines through DuckDB.
+    parsed, staged = [], []
+    real_parse, real_stage = ingest._parse, ingest.jsonl_sql.stage
     monkeypatch.setattr(ingest, "_commit", real_commit)
-    monkeypatch.setattr(ingest, "_parse", lambda record, *a: parsed.append(record) or real_parse(record, *a))
+    monkeypatch.setattr(ingest, "_parse", lambda record, *a: parsed.append(record.location) or real_parse(record, *a))
+    monkeypatch.setattr(
+        ingest.jsonl_sql, "stage", lambda con, chunk, *a: staged.extend(chunk.numbers.tolist()) or real_stage(con, chunk, *a)
+    )
     result = ingest.run(config, store, paths=[str(path)])
-    assert len(parsed) == 5, "records committed before the kill must not be parsed again"
+    # Records committed before the kill are not read again.
+    if reader == "sql":
+        assert staged == [7, 8, 9, 10, 11]
+        assert parsed == [f"{path}:11"], "only the bad line goes to the Python adapter"
+    else:
+        assert len(parsed) == 5 and not staged
     assert store.scalar("SELECT count(*) FROM trajectories") == 10
     assert store.scalar("SELECT count(*) FROM turns") == 30
     row = store.rows("SELECT records_read, added, duplicates, quarantined, completed FROM ingested_files")[0]

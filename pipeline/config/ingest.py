@@ -63,6 +63,12 @@ class IngestConfig(Section):
         description="How much of a malformed record's raw text is kept in `quarantine.raw`: enough to debug, "
         "not enough to bloat the store with a multi-megabyte bad line.",
     )
+    sql_fast_path: bool = Field(
+        default=True,
+        description="Read `simulacra-jsonl` files through DuckDB in bulk (checks and extraction in SQL; any "
+        "line it cannot vouch for goes through the Python adapter, so results are the same). False reads "
+        "every record through the Python adapter: slower, for debugging or comparison.",
+    )
     batch_trajectories: int = Field(
         default=20_000,
         ge=1,

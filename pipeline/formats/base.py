@@ -79,6 +79,14 @@ def _decode_json(data: bytes, location: str) -> Any:
         raise RecordError(f"invalid JSON: {exc}") from None
 
 
+def jsonl_document(line: bytes, location: str) -> Document | Malformed:
+    """One JSONL line as a document, or `Malformed` when it is not JSON (or not UTF-8)."""
+    try:
+        return Document(location, _decode_json(line, location))
+    except RecordError as exc:
+        return Malformed(location, str(exc), line.decode("utf-8", "backslashreplace"))
+
+
 def iter_documents(path: Path) -> Iterator[Document | Malformed]:
     """Yield the documents of one file, or `Malformed` for the parts that cannot be decoded."""
     suffix = path.suffix.lower()
@@ -90,11 +98,7 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                location = f"{path}:{number}"
-                try:
-                    yield Document(location, _decode_json(line, location))
-                except RecordError as exc:
-                    yield Malformed(location, str(exc), line.decode("utf-8", "backslashreplace"))
+                yield jsonl_document(line, f"{path}:{number}")
         return
     data = path.read_bytes()
     if suffix in YAML_SUFFIXES:
