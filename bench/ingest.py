@@ -55,13 +55,15 @@ def generate(path: Path, trajectories: int) -> int:
     return turns
 
 
-def time_floor(path: Path, work: Path) -> float:
+def time_floor(path: Path, work: Path) -> tuple[float, float]:
+    """(read_json into a table, the close after it): closing checkpoints the table into the file,
+    which `simulacra ingest`, a command that closes its store, pays within its own time."""
     con = duckdb.connect(str(work / "floor.duckdb"))
     start = time.perf_counter()
     con.execute(f"CREATE TABLE raw AS SELECT * FROM read_json('{path}', format='newline_delimited')")
     elapsed = time.perf_counter() - start
     con.close()
-    return elapsed
+    return elapsed, time.perf_counter() - start - elapsed
 
 
 def time_ours(path: Path, work: Path) -> tuple[float, float]:
@@ -85,14 +87,15 @@ def main() -> None:
         turns = generate(path, args.trajectories)
         size_mb = path.stat().st_size / 1e6
         print(f"generated {args.trajectories} trajectories, {turns} turns, {size_mb:.0f} MB")
-        floor = time_floor(path, work)
+        floor, floor_close = time_floor(path, work)
         ingest_s, filter_s = time_ours(path, work)
         ours = ingest_s + filter_s
         print(f"duckdb read_json (floor): {floor:7.2f} s  {turns / floor:10,.0f} turns/s")
         print(f"simulacra ingest:         {ingest_s:7.2f} s  {turns / ingest_s:10,.0f} turns/s")
         print(f"simulacra filter:         {filter_s:7.2f} s  {turns / filter_s:10,.0f} turns/s")
         print(f"ingest + filter:          {ours:7.2f} s  {turns / ours:10,.0f} turns/s")
-        print(f"ratio ingest / floor:            {ingest_s / floor:.2f}x")
+        print(f"ratio ingest / floor:            {ingest_s / floor:.2f}x  "
+              f"({ingest_s / (floor + floor_close):.2f}x of the floor with its close, {floor + floor_close:.2f} s)")
         print(f"ratio (ingest + filter) / floor: {ours / floor:.2f}x  (target: <= 3x, and >= 50,000 turns/s)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
