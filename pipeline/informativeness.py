@@ -4,9 +4,9 @@ Two renderings of one definition live here side by side, so that a change to one
 other in the same edit (and `SCORER_VERSION` bumped):
 - the per-turn Python functions (`word_set`, `turn_metrics`, `categorize`, `score_turn`): the
   readable specification, used by the tests and as the baseline of bench/score.py;
-- `scores_sql`: the same computation as one DuckDB statement over a relation of turns, which
-  `stages/score.py` runs on every kept turn at once. tests/test_informativeness.py checks the two
-  agree on thousands of random turns.
+- `score_frame`: the same computation as polars expressions over a frame of turns, which
+  `stages/score.py` runs on every kept turn, a chunk at a time. tests/test_informativeness.py
+  checks the two agree on thousands of random turns, and their words on every code point.
 
 Tokenisation. A word is a maximal run of Unicode letters, numbers and underscores, after
 lower-casing; everything else (whitespace, punctuation, symbols, combining marks) separates words.
@@ -14,10 +14,12 @@ So `{"user_id": 42}` has the words {user_id, 42}; `src/app/main.py` has {src, ap
 `2024-05-15` has {2024, 05, 15}; `don't` has {don, t}; a punctuation-only text has none. Splitting
 paths and dotted names lets `cat src/app/main.py` overlap an observation that cites `main.py:12`,
 and keeps a sentence's final period off its last word. Lower-casing is per character (Unicode's
-simple case mapping, as DuckDB's `lower()` does): `str.lower()` differs only in two context rules,
-undone before it is called (see `fold_case`). Python 3.11's `\\w` and RE2's `[\\pL\\pN_]` agree on
-every code point of Unicode 14; characters first assigned later (CJK extension H, Kawi, ...)
-count as letters in SQL only.
+simple case mapping): `str.lower()` and Rust's `to_lowercase()` (polars) differ from it on two
+characters only, a word-final `Σ` and `İ`, mapped before either is called (see `fold_case`).
+Python 3.11's `\\w` (Unicode 14) and the regex crate's `[\\p{L}\\p{N}_]` (Unicode 16 in polars
+2.1) agree on every code point Python knows; 9,394 code points first assigned after Unicode 14
+(CJK extension H, Kawi, Garay, ...) are letters or numbers in the bulk path and separators in
+`word_set`.
 
 Edge cases. A metric whose denominator is empty is undefined and stored as NULL (None):
 overlap when the action has no words, novelty when the observation has none, Jaccard when neither
@@ -29,18 +31,21 @@ it has next to no tokens to mask), and an action without words is judged on nove
 import re
 from dataclasses import dataclass
 
+import polars as pl
+
 from pipeline.config.score import ScoreConfig
 
 # Bump when the tokenisation, a metric or a signature changes: every stored score is recomputed.
 SCORER_VERSION = "1"
 
 WORD = re.compile(r"\w+")
-WORD_SQL = r"[\pL\pN_]+"
+WORD_RUST = r"[\p{L}\p{N}_]+"  # the same class in the syntax of the regex crate (polars)
 
 
 def fold_case(text: str) -> str:
     """Lower-case character by character. `str.lower()` maps a word-final capital sigma to `ς` and
-    `İ` to `i` + a combining dot; DuckDB's `lower()` (and Unicode's simple mapping) gives `σ` and `i`."""
+    `İ` to `i` + a combining dot; Unicode's simple mapping gives `σ` and `i`, whatever the context,
+    so that a word's lower case does not depend on its neighbours. `word_lists` does the same."""
     return text.replace("Σ", "σ").replace("İ", "i").lower()
 
 
@@ -135,84 +140,102 @@ def score_turn(action: str, observation: str, c: ScoreConfig) -> TurnScore:
     return TurnScore(metrics, category, c.keep_ratios.of(category))
 
 
-# --- The same definition as one DuckDB statement -------------------------------------------------
+# --- The same definition as polars expressions over a frame of turns ----------------------------
 
 
-def _number(value: float) -> str:
-    """A DOUBLE literal: `0.7` alone would be a DECIMAL in DuckDB; repr() round-trips exactly."""
-    return f"CAST('{float(value)!r}' AS DOUBLE)"
+def word_lists(text: pl.Expr) -> pl.Expr:
+    """Each text's words in order, repeats included: `word_set` as a polars expression. Rust's
+    `to_lowercase()` maps `Σ` and `İ` as `str.lower()` does: `fold_case`'s replacements come first."""
+    return text.str.replace_many(["Σ", "İ"], ["σ", "i"]).str.to_lowercase().str.extract_all(WORD_RUST)
 
 
-def _signature_sql(category: str, c: ScoreConfig) -> str:
-    """SQL condition of one signature. Comparisons with NULL are NULL, and CASE takes NULL as no
-    match: an undefined metric never matches, as in `matches`."""
-    n = _number
+def _ratio_expr(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    """`_ratio` in polars: null where the denominator is 0."""
+    return pl.when(denominator > 0).then(numerator / denominator)
+
+
+def _signature(category: str, c: ScoreConfig) -> pl.Expr:
+    """Polars condition of one signature, as `matches` says. A comparison with an undefined (null)
+    metric is null, and `fill_null(False)` makes it no match, as `_at_least` & co. do."""
+    overlap, novelty, jaccard, ratio = (pl.col(name) for name in ("overlap", "novelty", "jaccard", "length_ratio"))
+
+    def holds(condition: pl.Expr) -> pl.Expr:
+        return condition.fill_null(False)
+
     if category == "echo":
-        jaccard = "" if c.echo_jaccard_min is None else f" AND jaccard >= {n(c.echo_jaccard_min)}"
-        return f"overlap >= {n(c.echo_overlap_min)} AND novelty < {n(c.echo_novelty_max)}{jaccard}"
+        echo = holds(overlap >= c.echo_overlap_min) & holds(novelty < c.echo_novelty_max)
+        return echo if c.echo_jaccard_min is None else echo & holds(jaccard >= c.echo_jaccard_min)
     if category == "boilerplate":
-        return f"overlap >= {n(c.boilerplate_overlap_min)} AND novelty < {n(c.boilerplate_novelty_max)}"
+        return holds(overlap >= c.boilerplate_overlap_min) & holds(novelty < c.boilerplate_novelty_max)
     if category == "transform":
-        return f"novelty < {n(c.transform_novelty_max)} AND length_ratio < {n(c.transform_ratio_max)}"
+        return holds(novelty < c.transform_novelty_max) & holds(ratio < c.transform_ratio_max)
     if category == "expansion":
         return (
-            f"overlap >= {n(c.expansion_overlap_min)} AND novelty >= {n(c.expansion_novelty_min)} "
-            f"AND length_ratio > {n(c.expansion_ratio_min)}"
+            holds(overlap >= c.expansion_overlap_min)
+            & holds(novelty >= c.expansion_novelty_min)
+            & holds(ratio > c.expansion_ratio_min)
         )
     if category == "retrieval":
-        return f"novelty >= {n(c.retrieval_novelty_min)} AND length_ratio > {n(c.retrieval_ratio_min)}"
+        return holds(novelty >= c.retrieval_novelty_min) & holds(ratio > c.retrieval_ratio_min)
     if category == "action":
-        return (
-            f"novelty >= {n(c.action_novelty_min)} AND (coalesce(length_ratio <= {n(c.action_ratio_max)}, false) "
-            f"OR observation_chars <= {int(c.short_observation_chars)})"
-        )
+        short = pl.col("observation_chars") <= c.short_observation_chars
+        return holds(novelty >= c.action_novelty_min) & (holds(ratio <= c.action_ratio_max) | short)
     if category == "other":
-        return "true"
+        return pl.lit(True)
     raise ValueError(f"unknown category {category!r}")
 
 
-def scores_sql(turns: str, c: ScoreConfig) -> str:
-    """SELECT trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio, category, keep_ratio
-    for every row of `turns` (a relation with trajectory_id, turn_index, action, observation).
-
-    Word sets are lists of distinct words, MATERIALIZED: otherwise the optimizer may inline them into
-    each use and extract every observation's words three times (it did, under the score stage's
-    anti-join: 1.6x the CPU). The shared count filters the action's (short) list against the
-    observation's with a linear `list_contains`, far cheaper than `list_intersect`'s hash table for
-    typical turns; past 20,000 comparisons (a file edit against a long listing) `list_intersect`
-    avoids the quadratic cost. Both give the same count."""
-    categories = "\n".join(f"            WHEN {_signature_sql(cat, c)} THEN '{cat}'" for cat in c.precedence)
-    ratios = "\n".join(f"            WHEN '{cat}' THEN {_number(c.keep_ratios.of(cat))}" for cat in c.precedence)
-    return f"""
-    WITH words AS MATERIALIZED (
-        SELECT trajectory_id, turn_index,
-               list_distinct(regexp_extract_all(lower(action), '{WORD_SQL}')) AS a,
-               list_distinct(regexp_extract_all(lower(observation), '{WORD_SQL}')) AS o,
-               length(action) AS action_chars, length(observation) AS observation_chars
-        FROM {turns}
-    ), counts AS (
-        SELECT trajectory_id, turn_index, action_chars, observation_chars,
-               len(a) AS na, len(o) AS no,
-               CASE WHEN len(a) * len(o) <= 20000
-                    THEN len(list_filter(a, lambda w: list_contains(o, w)))
-                    ELSE len(list_intersect(a, o)) END AS shared
-        FROM words
-    ), metrics AS (
-        SELECT trajectory_id, turn_index, observation_chars,
-               CASE WHEN na > 0 THEN shared::DOUBLE / na END AS overlap,
-               CASE WHEN no > 0 THEN (no - shared)::DOUBLE / no END AS novelty,
-               CASE WHEN na + no - shared > 0 THEN shared::DOUBLE / (na + no - shared) END AS jaccard,
-               CASE WHEN action_chars > 0 THEN observation_chars::DOUBLE / action_chars END AS length_ratio
-        FROM counts
-    ), categorized AS (
-        SELECT *,
-            CASE
-{categories}
-            END AS category
-        FROM metrics
+def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
+    """Word lists are one step and the counts the next, so that each text is tokenised once."""
+    words = turns.select(
+        "trajectory_id",
+        "turn_index",
+        action=word_lists(pl.col("action")),
+        observation=word_lists(pl.col("observation")),
+        action_chars=pl.col("action").str.len_chars(),
+        observation_chars=pl.col("observation").str.len_chars(),
     )
-    SELECT trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio, category,
-        CASE category
-{ratios}
-        END AS keep_ratio
-    FROM categorized"""
+    counts = words.select(
+        "trajectory_id",
+        "turn_index",
+        "action_chars",
+        "observation_chars",
+        action_words=pl.col("action").list.n_unique(),
+        observation_words=pl.col("observation").list.n_unique(),
+        shared=pl.col("action").list.set_intersection(pl.col("observation")).list.len(),
+    )
+    a, o, shared = pl.col("action_words"), pl.col("observation_words"), pl.col("shared")
+    metrics = counts.select(
+        "trajectory_id",
+        "turn_index",
+        "observation_chars",
+        overlap=_ratio_expr(shared, a),
+        novelty=_ratio_expr(o - shared, o),
+        jaccard=_ratio_expr(shared, a + o - shared),
+        length_ratio=_ratio_expr(pl.col("observation_chars"), pl.col("action_chars")),
+    )
+    first, *rest = c.precedence
+    category = pl.when(_signature(first, c)).then(pl.lit(first))
+    for name in rest:
+        category = category.when(_signature(name, c)).then(pl.lit(name))
+    keep_ratios = {name: c.keep_ratios.of(name) for name in c.precedence}
+    return metrics.with_columns(category=category).select(
+        "trajectory_id",
+        "turn_index",
+        "overlap",
+        "novelty",
+        "jaccard",
+        "length_ratio",
+        "category",
+        keep_ratio=pl.col("category").replace_strict(keep_ratios, return_dtype=pl.Float64),
+    )
+
+
+def score_frame(turns: pl.DataFrame, c: ScoreConfig) -> pl.DataFrame:
+    """trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio, category, keep_ratio for
+    every row of `turns` (trajectory_id, turn_index, action, observation), as `score_turn` computes
+    them. Polars runs a string expression over one column on one core: the frame is cut into a
+    slice per polars thread, and the slices are scored together."""
+    size = max(1, -(-turns.height // pl.thread_pool_size()))
+    slices = list(turns.iter_slices(size)) or [turns]
+    return pl.concat(pl.collect_all([_scores(part.lazy(), c) for part in slices]))

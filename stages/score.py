@@ -4,28 +4,62 @@
 1. rows of another scorer version or score config are deleted (a changed table replaces them all);
 2. rows of turns no longer kept are deleted (a trajectory or turn the filter dropped since keeps no
    stale score: the filter's decisions say why it went, and it is rescored if it comes back);
-3. kept turns without a row are scored in one SQL statement (pipeline/informativeness.py).
+3. kept turns without a row are scored by polars (`score_frame`, pipeline/informativeness.py), a
+   chunk of `CHUNK_TURNS` at a time, and each chunk's scores are inserted before the next is read:
+   memory holds one chunk's word lists, whatever the size of the store.
 A rerun with nothing new computes nothing; a killed run leaves the table as it was.
+
+DuckDB runs no other statement on a connection while a result is being read from it, so the turns
+come from a second connection (`cursor()`), which reads the store as last committed. Its
+"unscored" is therefore "without a score of this version and config": the rows step 1 deleted are
+still there for it, and would otherwise hide their turns; step 2's rows belong to no kept turn.
 """
 
 from typing import Any
 
+import polars as pl
+
 from pipeline.config import SimulacraConfig
 from pipeline.config.score import CATEGORIES
-from pipeline.informativeness import SCORER_VERSION, scores_sql
+from pipeline.informativeness import SCORER_VERSION, score_frame
 from pipeline.stage import StageResult
 from pipeline.store import Store
 
 STAGE = "score"
 
-UNSCORED = """(SELECT k.trajectory_id, k.turn_index, k.action, k.observation FROM kept_turns k
+# Turns scored per chunk: about 60 MB of text and 0.3 GB of word lists at 300-character turns.
+CHUNK_TURNS = 200_000
+
+UNSCORED = """SELECT k.trajectory_id, k.turn_index, k.action, k.observation FROM kept_turns k
     WHERE NOT EXISTS (SELECT 1 FROM turn_scores s
-                      WHERE s.trajectory_id = k.trajectory_id AND s.turn_index = k.turn_index)) AS unscored"""
+                      WHERE s.trajectory_id = k.trajectory_id AND s.turn_index = k.turn_index
+                        AND s.scorer_version = $scorer_version AND s.config_hash = $config_hash)"""
 
 
 def _count(cursor: Any) -> int:
-    row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    """The row count a DELETE or INSERT returns, read to the end: DuckDB refuses the next statement
+    while a result is unfinished."""
+    rows = cursor.fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+def _score_unscored(tx: Any, config: SimulacraConfig, config_hash: str) -> int:
+    scored = 0
+    with tx.cursor() as reader:
+        unscored = reader.sql(UNSCORED, params={"scorer_version": SCORER_VERSION, "config_hash": config_hash})
+        for turns in unscored.to_arrow_reader(CHUNK_TURNS):
+            scores = score_frame(pl.from_arrow(turns), config.score)
+            tx.register("chunk_scores", scores)
+            scored += _count(
+                tx.execute(
+                    """INSERT INTO turn_scores (trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio,
+                                                 category, keep_ratio, scorer_version, config_hash)
+                       SELECT *, ?, ? FROM chunk_scores""",
+                    [SCORER_VERSION, config_hash],
+                )
+            )
+            tx.unregister("chunk_scores")
+    return scored
 
 
 def run(config: SimulacraConfig, store: Store) -> StageResult:
@@ -42,14 +76,7 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
                    WHERE k.trajectory_id = s.trajectory_id AND k.turn_index = s.turn_index)"""
             )
         )
-        scored = _count(
-            tx.execute(
-                f"""INSERT INTO turn_scores (trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio,
-                                             category, keep_ratio, scorer_version, config_hash)
-                    SELECT *, ?, ? FROM ({scores_sql(UNSCORED, config.score)})""",
-                [SCORER_VERSION, config_hash],
-            )
-        )
+        scored = _score_unscored(tx, config, config_hash)
     counts = dict(store.connection.execute("SELECT category, count(*) FROM turn_scores GROUP BY category").fetchall())
     total = sum(counts.values())
     metrics: dict[str, Any] = {

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.config import SimulacraConfig, load_config
-from pipeline.informativeness import SCORER_VERSION, score_turn
+from pipeline.informativeness import SCORER_VERSION, score_frame, score_turn
 from pipeline.store import Store
 from stages import score as score_stage
 
@@ -96,21 +96,46 @@ def test_changed_table_replaces_every_score(config: SimulacraConfig, corpus: Sto
     assert {r["keep_ratio"] for r in scores(corpus) if r["category"] == "echo"} == {0.2}
 
 
+def test_chunks_give_the_scores_one_chunk_gives(config: SimulacraConfig, corpus: Store, monkeypatch) -> None:
+    score_stage.run(config, corpus)
+    whole = scores(corpus)
+    with corpus.transaction() as con:
+        con.execute("DELETE FROM turn_scores")
+    monkeypatch.setattr(score_stage, "CHUNK_TURNS", 2)
+    chunks = []
+
+    def counted(turns, c):
+        chunks.append(len(turns))
+        return score_frame(turns, c)
+
+    monkeypatch.setattr(score_stage, "score_frame", counted)
+    assert score_stage.run(config, corpus).metrics["turns_scored"] == 5
+    assert sorted(chunks) == [1, 2, 2] and scores(corpus) == whole
+
+
 def test_a_failed_rescore_leaves_the_old_scores(config: SimulacraConfig, corpus: Store, tmp_path, monkeypatch) -> None:
     score_stage.run(config, corpus)
     before = corpus.rows("SELECT * FROM turn_scores ORDER BY trajectory_id, turn_index")
     changed = load_config(
         None, [{"workspace": {"path": str(tmp_path / "workspace")}, "score": {"short_observation_chars": 10}}]
     )
-    # A statement that fails after the old scores were deleted inside the transaction.
-    monkeypatch.setattr(
-        score_stage,
-        "scores_sql",
-        lambda turns, c: f"SELECT trajectory_id, turn_index, 0.0, 0.0, 0.0, 0.0, error('killed'), 1.0 FROM {turns}",
-    )
-    with pytest.raises(Exception, match="killed"):
+    # Killed on the second chunk: the old scores were deleted and the first chunk's inserted.
+    monkeypatch.setattr(score_stage, "CHUNK_TURNS", 2)
+    calls = []
+
+    def killed_on_the_second_chunk(turns, c):
+        calls.append(len(turns))
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return score_frame(turns, c)
+
+    monkeypatch.setattr(score_stage, "score_frame", killed_on_the_second_chunk)
+    with pytest.raises(RuntimeError, match="killed"):
         score_stage.run(changed, corpus)
+    assert len(calls) == 2
     assert corpus.rows("SELECT * FROM turn_scores ORDER BY trajectory_id, turn_index") == before
+    monkeypatch.undo()
+    assert score_stage.run(changed, corpus).metrics["scores_replaced"] == 5
 
 
 def test_turns_the_filter_dropped_lose_their_scores(config: SimulacraConfig, corpus: Store) -> None:
