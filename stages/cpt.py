@@ -298,8 +298,11 @@ def _training_arguments(config, plan: Plan, fresh: bool, has_eval: bool):
 
 
 def _train(config, plan: Plan) -> dict[str, Any]:
-    from transformers import Trainer
+    from transformers import PrinterCallback, Trainer
     from transformers.trainer_utils import get_last_checkpoint
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-save shard bars; pipeline.progress reports the steps
 
     tokenizer, added = _tokenizer(config, plan.base_ref)
     resume = get_last_checkpoint(str(plan.trainer_dir)) if plan.trainer_dir.is_dir() else None
@@ -325,6 +328,9 @@ def _train(config, plan: Plan) -> dict[str, Any]:
             preprocess_logits_for_metrics=observation_token_losses,
             callbacks=callbacks,
         )
+        # The loss history lands in metrics.json and the loss curve; printing each log dict to
+        # stdout would bury the stage's own report.
+        trainer.remove_callback(PrinterCallback)
         trainer.train(resume_from_checkpoint=resume)
     after = trainer.evaluate() if len(held_out) else {}
     # Generation must stop where observations end in training.

@@ -10,13 +10,14 @@
 A rerun with nothing new computes nothing; a killed run leaves the table as it was.
 
 DuckDB runs no other statement on a connection while a result is being read from it, so the turns
-come from a second connection (`cursor()`), which reads the store as last committed. Its
-"unscored" is therefore "without a score of this version and config": the rows step 1 deleted are
-still there for it, and would otherwise hide their turns; step 2's rows belong to no kept turn.
+are read through a second connection (`cursor()`) while this one inserts. That connection sees the
+store as last committed, where the rows step 1 deleted are still present: "unscored" is therefore
+"without a score of this scorer version and config", the same set with or without those rows.
 """
 
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from pipeline.config import SimulacraConfig
@@ -27,7 +28,9 @@ from pipeline.store import Store
 
 STAGE = "score"
 
-# Turns scored per chunk: about 60 MB of text and 0.3 GB of word lists at 300-character turns.
+# Turns per chunk, at most. A chunk's text and word lists are what the stage holds: scoring
+# bench/score.py's 1M turns of 500 characters peaks at 1.5 GB resident with 50,000-turn chunks and
+# 1.7 GB with these, most of it DuckDB's cache of the store; the time is the same.
 CHUNK_TURNS = 200_000
 
 UNSCORED = """SELECT k.trajectory_id, k.turn_index, k.action, k.observation FROM kept_turns k
@@ -37,13 +40,14 @@ UNSCORED = """SELECT k.trajectory_id, k.turn_index, k.action, k.observation FROM
 
 
 def _count(cursor: Any) -> int:
-    """The row count a DELETE or INSERT returns, read to the end: DuckDB refuses the next statement
-    while a result is unfinished."""
+    """The row count a DELETE or INSERT returns, read to the end: DuckDB 2 refuses some statements on
+    a connection whose last result is unfinished."""
     rows = cursor.fetchall()
     return int(rows[0][0]) if rows else 0
 
 
-def _score_unscored(tx: Any, config: SimulacraConfig, config_hash: str) -> int:
+def _score_unscored(tx: duckdb.DuckDBPyConnection, config: SimulacraConfig, config_hash: str) -> int:
+    """Scores every unscored kept turn, a chunk at a time, into `turn_scores`; returns how many."""
     scored = 0
     with tx.cursor() as reader:
         unscored = reader.sql(UNSCORED, params={"scorer_version": SCORER_VERSION, "config_hash": config_hash})

@@ -119,13 +119,15 @@ def test_a_failed_rescore_leaves_the_old_scores(config: SimulacraConfig, corpus:
     changed = load_config(
         None, [{"workspace": {"path": str(tmp_path / "workspace")}, "score": {"short_observation_chars": 10}}]
     )
-    # Killed on the second chunk: the old scores were deleted and the first chunk's inserted.
+    # Killed on the second chunk, when the transaction has deleted the old scores and inserted the first chunk's.
     monkeypatch.setattr(score_stage, "CHUNK_TURNS", 2)
     calls = []
 
     def killed_on_the_second_chunk(turns, c):
         calls.append(len(turns))
         if len(calls) == 2:
+            inside = corpus.rows("SELECT config_hash FROM turn_scores")
+            assert inside == [{"config_hash": changed.section_hash("score")}] * 2
             raise RuntimeError("killed")
         return score_frame(turns, c)
 
