@@ -15,6 +15,7 @@ store as last committed, where the rows step 1 deleted are still present: "unsco
 "without a score of this scorer version and config", the same set with or without those rows.
 """
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -23,6 +24,7 @@ import polars as pl
 from pipeline.config import SimulacraConfig
 from pipeline.config.score import CATEGORIES
 from pipeline.informativeness import SCORER_VERSION, score_frame
+from pipeline.plots import share_bars
 from pipeline.stage import StageResult
 from pipeline.store import Store
 
@@ -95,7 +97,23 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
     summary = f"scored {scored} turn(s) ({replaced} old score(s) replaced, {dropped} of dropped turns removed); " + (
         f"{total} scored in all: {shares}" if total else "no kept turn to score"
     )
-    return StageResult(stage=STAGE, metrics=metrics, summary=summary, tables={"categories": category_report(store)})
+    report = category_report(store)
+    images = {"categories": _plot_categories(report, config.workspace.runs_dir / STAGE / "categories.png")} if total else {}
+    return StageResult(stage=STAGE, metrics=metrics, summary=summary, tables={"categories": report}, images=images)
+
+
+def _plot_categories(report: list[dict[str, Any]], path: Path) -> Path:
+    """Share of turns per category, one bar per domain: what the keep ratios will thin."""
+    turns: dict[str, dict[str, float]] = {}
+    for row in report:
+        if row["category"] != "all":
+            per_domain = turns.setdefault(row["domain"], {})
+            per_domain[row["category"]] = per_domain.get(row["category"], 0) + row["turns"]
+    shares = {
+        domain: {name: counts[name] / sum(counts.values()) for name in CATEGORIES if name in counts}
+        for domain, counts in sorted(turns.items())
+    }
+    return share_bars(path, "Turn categories per domain", shares, "share of scored turns")
 
 
 def category_report(store: Store) -> list[dict[str, Any]]:

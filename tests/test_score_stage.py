@@ -70,6 +70,7 @@ def test_every_kept_turn_scored_once_as_the_reference_says(config: SimulacraConf
     assert corpus.scalar("SELECT count(DISTINCT config_hash) FROM turn_scores") == 1
     assert corpus.scalar("SELECT any_value(config_hash) FROM turn_scores") == config.section_hash("score")
     assert result.metrics["category_echo"] == 2 and "echo 40.0%" in result.summary
+    assert result.images["categories"].read_bytes().startswith(b"\x89PNG")  # the UI's category plot
 
 
 def test_rerun_computes_nothing_and_new_turns_alone_are_scored(config: SimulacraConfig, corpus: Store) -> None:
