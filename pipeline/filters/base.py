@@ -15,6 +15,7 @@ reason text included. Where SQL cannot say exactly what Python does (`re`, `repr
 narrows the work to the few rows that need Python, and Python finishes it.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -44,7 +45,7 @@ class Relations:
     matches: str
 
 
-class TurnRule:
+class TurnRule(ABC):
     """Subclasses set `name` and implement `drop` and `drop_sql`."""
 
     name: ClassVar[str]
@@ -53,27 +54,31 @@ class TurnRule:
     searched: PatternSet | None = None
     searched_max_chars: int | None = None
 
+    @abstractmethod
     def drop(self, trajectory: Trajectory, kept: Sequence[int]) -> TurnDrops:
         """(turn index, reason) for each turn of `kept` (indices still kept, in order) to remove."""
         raise NotImplementedError
 
+    @abstractmethod
     def drop_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
         """A query of (trajectory_id, turn_index, reason): the turns of `relations.turns` to remove."""
         raise NotImplementedError
 
 
-class TrajectoryRule:
+class TrajectoryRule(ABC):
     """Subclasses set `name` and implement `check` and `check_sql`."""
 
     name: ClassVar[str]
     searched: PatternSet | None = None
     searched_max_chars: int | None = None
 
+    @abstractmethod
     def check(self, trajectory: Trajectory, kept: Sequence[int]) -> CheckResult:
         """True to keep the trajectory, (False, reason) to drop it; `kept` are the indices of the
         turns the turn rules left."""
         raise NotImplementedError
 
+    @abstractmethod
     def check_sql(self, con: duckdb.DuckDBPyConnection, relations: Relations) -> str:
         """A query of (trajectory_id, reason): the trajectories of `relations.trajectories` to drop."""
         raise NotImplementedError

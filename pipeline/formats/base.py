@@ -6,6 +6,7 @@ types to runs) and parses each record into a `Trajectory`. Parsing raises `Recor
 malformed record; the ingest stage quarantines it with its location and goes on.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,14 @@ class Document:
     content: Any
 
 
-class FormatAdapter:
+class FormatAdapter(ABC):
     """Subclasses set `name` and `default_domain` and implement `detect` and `parse`."""
 
     name: ClassVar[str]
     default_domain: ClassVar[str] = "other"
     description: ClassVar[str] = ""
 
+    @abstractmethod
     def detect(self, content: Any) -> bool:
         """Whether a document (the first of a file) is in this format."""
         raise NotImplementedError
@@ -51,6 +53,7 @@ class FormatAdapter:
         """Split a document into records. Default: the document is one record."""
         yield document
 
+    @abstractmethod
     def parse(self, record: Any, domain: str | None) -> Trajectory:
         """Turn one record into a trajectory; `domain` is the source's override, if any."""
         raise NotImplementedError
