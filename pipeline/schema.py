@@ -132,6 +132,13 @@ def require_text(value: Any, what: str) -> str:
     return value
 
 
+def require_object(value: Any, what: str) -> dict[str, Any]:
+    """A JSON object where the format has one; a list or a string there is a schema error."""
+    if not isinstance(value, dict):
+        raise RecordError(f"{what}: expected an object, got {type(value).__name__}")
+    return value
+
+
 def as_text(value: Any) -> str:
     """Render structured content (a dict observation, a list of content parts) as text."""
     if value is None:

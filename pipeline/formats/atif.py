@@ -22,7 +22,7 @@ from typing import Any
 from pipeline.formats.base import FormatAdapter
 from pipeline.formats.domains import domain_of_tools
 from pipeline.formats.tool_calls import parse_arguments, render_call
-from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_text
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_object, require_text
 
 SOURCES = {"system", "user", "agent"}
 
@@ -53,8 +53,7 @@ class Adapter(FormatAdapter):
         gap: str | None = None  # the first step with a call no result answers
         for index, step in enumerate(steps):
             where = f"steps[{index}]"
-            if not isinstance(step, dict):
-                raise RecordError(f"{where}: expected an object, got {type(step).__name__}")
+            require_object(step, where)
             source = require_text(step.get("source"), f"{where}.source")
             if source not in SOURCES:
                 raise RecordError(f"{where}.source: expected one of {', '.join(sorted(SOURCES))}, got {source!r}")
@@ -123,8 +122,7 @@ def _agent_turns(step: dict[str, Any], where: str) -> tuple[list[Turn], int]:
     turns, missing = [], 0
     for number, call in enumerate(calls):
         call_where = f"{where}.tool_calls[{number}]"
-        if not isinstance(call, dict):
-            raise RecordError(f"{call_where}: expected an object, got {type(call).__name__}")
+        require_object(call, call_where)
         name = require_text(call.get("function_name"), f"{call_where}.function_name")
         arguments = parse_arguments(call.get("arguments"), f"{call_where}.arguments")
         call_id = require_text(call.get("tool_call_id"), f"{call_where}.tool_call_id")

@@ -35,7 +35,7 @@ from typing import Any
 from pipeline.formats.base import Document, FormatAdapter
 from pipeline.formats.domains import domain_of_tools, is_text_game, task_line
 from pipeline.formats.tool_calls import parse_arguments, render_call
-from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_text
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_object, require_text
 
 ACTING_ROLES = {"assistant", "agent"}
 ANSWER_ROLES = {"tool", "function"}
@@ -221,8 +221,7 @@ class _Conversation:
             return
         for number, call in enumerate(calls):
             call_where = f"{where}.tool_calls[{number}]"
-            if not isinstance(call, dict):
-                raise RecordError(f"{call_where}: expected an object, got {type(call).__name__}")
+            require_object(call, call_where)
             function = call.get("function")
             if not isinstance(function, dict):
                 raise RecordError(f"{call_where}.function: expected an object")

@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.formats.base import FormatAdapter
 from pipeline.formats.tool_calls import parse_arguments, render_call
-from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_text
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_object, require_text
 
 NOT_ENVIRONMENT = {"message", "system", "finish", "recall", "change_agent_state", "reject"}
 # Actions whose readable form is one of their args.
@@ -73,8 +73,7 @@ class Adapter(FormatAdapter):
                 continue
             kind = require_text(event["action"], f"{where}[{index}].action")
             args = event.get("args") or {}
-            if not isinstance(args, dict):
-                raise RecordError(f"{where}[{index}].args: expected an object, got {type(args).__name__}")
+            require_object(args, f"{where}[{index}].args")
             if kind == "message" and event.get("source") == "user" and task is None:
                 task = as_text(args.get("content", event.get("message")))
                 continue

@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.formats.base import Document, FormatAdapter
 from pipeline.formats.domains import is_text_game, task_line
 from pipeline.formats.tool_calls import parse_arguments, render_call
-from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, require_text
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, require_object, require_text
 
 AGENT = {"gpt", "assistant", "function_call"}
 ENVIRONMENT = {"human", "user", "observation", "tool"}
@@ -88,8 +88,7 @@ class Adapter(FormatAdapter):
         speakers = []
         for index, message in enumerate(messages):
             where = f"conversations[{index}]"
-            if not isinstance(message, dict):
-                raise RecordError(f"{where}: expected an object, got {type(message).__name__}")
+            require_object(message, where)
             speaker = require_text(message.get("from"), f"{where}.from")
             if speaker not in AGENT | ENVIRONMENT | {"system"}:
                 raise RecordError(f"{where}.from: unknown speaker {speaker!r}")

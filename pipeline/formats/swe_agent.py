@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.formats.base import FormatAdapter
 from pipeline.formats.tool_calls import parse_arguments, render_call
-from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_text
+from pipeline.schema import RecordError, SystemPrompt, Trajectory, Turn, as_text, require_object, require_text
 
 COMMAND_LINE = re.compile(r"([a-z_][a-z0-9_]*)\b")
 
@@ -73,8 +73,7 @@ class Adapter(FormatAdapter):
 
         task = next((m for m in history if m.get("role") == "user"), None)
         info = record.get("info") or {}
-        if not isinstance(info, dict):
-            raise RecordError(f"info: expected an object, got {type(info).__name__}")
+        require_object(info, "info")
         metadata: dict[str, Any] = {key: info[key] for key in ("exit_status", "submission") if key in info}
         metadata["unanswered_actions"] = unanswered
         return Trajectory(
@@ -132,8 +131,7 @@ def _step_turns(steps: list[Any], called: dict[str, str], commands: set[str]) ->
     turns = []
     for index, step in enumerate(steps):
         where = f"trajectory[{index}]"
-        if not isinstance(step, dict):
-            raise RecordError(f"{where}: expected an object, got {type(step).__name__}")
+        require_object(step, where)
         action = require_text(step.get("action"), f"{where}.action")
         observation = require_text(step.get("observation"), f"{where}.observation")
         metadata = {key: step[key] for key in ("thought", "response", "execution_time") if step.get(key) is not None}
