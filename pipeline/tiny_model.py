@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.config.model import TinyModelConfig
@@ -102,6 +103,20 @@ def random_model(config: TinyModelConfig, tokenizer):
     return model
 
 
+@contextmanager
+def _quiet_transformers():
+    """No shard-writing progress bar for a one-shard model: the command reports the result."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def build_tiny_model(config: TinyModelConfig, text_files: Sequence[Path], out_dir: Path) -> Path:
     """Train the tokenizer on `text_files`, create the model, save both as one HF folder at `out_dir`.
 
@@ -124,7 +139,8 @@ def build_tiny_model(config: TinyModelConfig, text_files: Sequence[Path], out_di
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    model.save_pretrained(partial)
+    with _quiet_transformers():
+        model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     marker = {
         "config": config.model_dump(mode="json"),
