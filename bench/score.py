@@ -31,20 +31,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import load_config  # noqa: E402
-from pipeline.informativeness import score_turn  # noqa: E402
+from pipeline.informativeness import SCORE_COLUMNS, score_turn  # noqa: E402
 from pipeline.store import Store  # noqa: E402
 from stages import score as score_stage  # noqa: E402
 
-SCORE_COLUMNS = [
-    "trajectory_id",
-    "turn_index",
-    "overlap",
-    "novelty",
-    "jaccard",
-    "length_ratio",
-    "category",
-    "keep_ratio",
-]
 VARIANTS = 20  # turns generated per template; `#` in a template becomes the variant's number
 SYLLABLES = "ka lo mi ne ru sa to vi ze po an el is or um".split()
 OBJECTS = "cabinet drawer countertop sinkbasin toilet shelf fridge microwave desk bed".split()

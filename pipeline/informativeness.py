@@ -37,6 +37,8 @@ from pipeline.config.score import ScoreConfig
 
 # Bump when the tokenisation, a metric or a signature changes: every stored score is recomputed.
 SCORER_VERSION = "1"
+# The columns of a scored turn, in `turn_scores` order (before the version and config tags).
+SCORE_COLUMNS = ["trajectory_id", "turn_index", "overlap", "novelty", "jaccard", "length_ratio", "category", "keep_ratio"]
 
 WORD = re.compile(r"\w+")
 WORD_RUST = r"[\p{L}\p{N}_]+"  # the same class in the syntax of the regex crate (polars)
@@ -219,15 +221,10 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
     for name in rest:
         category = category.when(_signature(name, c)).then(pl.lit(name))
     keep_ratios = {name: c.keep_ratios.of(name) for name in c.precedence}
-    return metrics.with_columns(category=category).select(
-        "trajectory_id",
-        "turn_index",
-        "overlap",
-        "novelty",
-        "jaccard",
-        "length_ratio",
-        "category",
-        keep_ratio=pl.col("category").replace_strict(keep_ratios, return_dtype=pl.Float64),
+    return (
+        metrics.with_columns(category=category)
+        .with_columns(keep_ratio=pl.col("category").replace_strict(keep_ratios, return_dtype=pl.Float64))
+        .select(SCORE_COLUMNS)
     )
 
 
