@@ -197,8 +197,6 @@ def _documented_defaults(instance, indent: int = 0) -> str:
     lines = []
     pad = "  " * indent
     for name, field in type(instance).model_fields.items():
-        if field.exclude:
-            continue
         if field.description:
             lines.append(f"{pad}# {field.description}")
         value = getattr(instance, name)

@@ -34,8 +34,6 @@ class SimulacraConfig(Section):
     cpt: CPTConfig = Field(default_factory=CPTConfig, description="Continual pretraining.")
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Stage DAG.")
 
-    source_file: Path | None = Field(default=None, exclude=True, description="The YAML file this came from.")
-
     def section_hash(self, name: str) -> str:
         """Stable hash of one section's values: part of that stage's fingerprint."""
         payload = json.dumps(getattr(self, name).model_dump(mode="json"), sort_keys=True)
@@ -101,10 +99,7 @@ def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] 
     if overrides:
         where += " (with overrides)"
     try:
-        config = SimulacraConfig.model_validate(raw)
+        return SimulacraConfig.model_validate(raw)
     except ValidationError as exc:
         lines = "\n".join(f"  {_describe(e)}" for e in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from None
-    if path is not None:
-        config.source_file = Path(path).resolve()
-    return config

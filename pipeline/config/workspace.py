@@ -33,7 +33,3 @@ class WorkspaceConfig(Section):
     @property
     def runs_dir(self) -> Path:
         return self.root / "runs"
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.root / "checkpoints"
