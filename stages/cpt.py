@@ -3,7 +3,8 @@
 Read top to bottom, `run` does:
 1. (main process) check that every cpt-pool turn is scored; snapshot the cpt and eval pools to
    Parquet (`runs/cpt/snapshots/<pools fingerprint>`); make sure the base model exists (the tiny
-   model is built from the cpt pool's own text when `model.base` is None); fingerprint the inputs;
+   model is built from the cpt pool's own text when `model.base` is None; a GGUF base is converted
+   to a folder once, pipeline/training/gguf_base.py); fingerprint the inputs;
 2. (main) build the token sequences (pipeline/training/sequences.py), mix in world knowledge up to
    the configured ratio of loss tokens, write them as Parquet under the run's folder
    (`runs/cpt/<fingerprint>/sequences`: every observation label plus each thinned observation's mask
@@ -36,7 +37,7 @@ from typing import Any
 from pipeline.errors import UserFixableError
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.training import trainer as shared_trainer
-from pipeline.training.models import base_model_ref
+from pipeline.training.models import base_model_ref, ensure_base_model
 # CPT needs nothing beyond the common plan; the name `Plan` is what flows/gpu_stage.py looks up.
 from pipeline.training.runs import RunPlan as Plan
 from pipeline.training.runs import (
@@ -100,8 +101,12 @@ def _write_tiny_corpus(snapshot: Path, path: Path) -> None:
 
 
 def _ensure_base_model(config, snapshot: Path, base_ref: str) -> None:
-    """The tiny model, trained on the cpt pool's text so its tokenizer fits the domain, if it is not there."""
-    if config.model.base is not None or (Path(base_ref) / "config.json").is_file():
+    """A GGUF base converted to a folder, or the tiny model, trained on the cpt pool's text so its
+    tokenizer fits the domain, if it is not there."""
+    if config.model.base is not None:
+        ensure_base_model(config)
+        return
+    if (Path(base_ref) / "config.json").is_file():
         return
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "cpt-pool.txt"

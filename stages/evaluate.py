@@ -178,9 +178,9 @@ def _is_model_folder(path: str) -> bool:
 
 
 def _base_model(config) -> EvaluatedModel | None:
-    from pipeline.training.models import base_model_ref, model_identity
+    from pipeline.training.models import base_model_ref, ensure_base_model, model_identity
 
-    ref = base_model_ref(config)
+    ref = ensure_base_model(config) if config.model.base is not None else base_model_ref(config)
     if config.model.base is None and not _is_model_folder(ref):
         return None  # the tiny model is built by cpt; before that there is no base to evaluate
     identity = model_identity(ref)

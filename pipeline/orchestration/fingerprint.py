@@ -68,7 +68,7 @@ def _ingest_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     # Imported here: they bring numpy and polars, which the data stages do not need.
     from pipeline.informativeness import SCORER_VERSION
-    from pipeline.training.models import model_identity
+    from pipeline.training.models import base_model_identity
     from pipeline.store.snapshot import pools_fingerprint
     from pipeline.training.world_knowledge import corpus_fingerprint
 
@@ -77,14 +77,14 @@ def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     # section (in `sections`) and the scorer version say which config they must have been computed
     # under. So a changed score config is a new CPT run, which stops until `simulacra score` has run
     # (snapshot.require_scores) instead of passing as done (issue 13).
-    base = config.model.base
     with ContentDigests.of_workspace(config.workspace.root) as digests:
         world_knowledge = corpus_fingerprint(config.cpt.world_knowledge, digests)
+        base = base_model_identity(config, digests)
     return {
         "pools": pools_fingerprint(store, ("cpt", "eval")),
         "scorer_version": SCORER_VERSION,
         "world_knowledge": world_knowledge,
-        "base_model": model_identity(base) if base is not None else "tiny",
+        "base_model": base,
     }
 
 
@@ -163,8 +163,11 @@ def _export_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     from pipeline.sft.sampling import judge_files_digest
     from pipeline.store.snapshot import pools_fingerprint
-    from pipeline.training.models import base_model_ref, model_identity
+    from pipeline.training.models import base_model_identity, base_model_ref, model_identity
 
+    with ContentDigests.of_workspace(config.workspace.root) as digests:
+        # The tiny model by its folder: it exists only once CPT built it, and only then is it evaluated.
+        base = base_model_identity(config, digests) if config.model.base is not None else model_identity(base_model_ref(config))
     return {
         # The eval pool's queries, and the cpt pool the retrieval baseline copies from.
         "pools": pools_fingerprint(store, ("cpt", "eval")),
@@ -175,7 +178,7 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         "checkpoints": store.table_fingerprint(
             "(SELECT * FROM checkpoints WHERE stage <> 'export') AS c", "checkpoint_id, fingerprint, path"
         ),
-        "base_model": model_identity(base_model_ref(config)),
+        "base_model": base,
         # Rubrics and judge prompts are data files, not modules: the code digest does not see them.
         "prompts": judge_files_digest(),
     }

