@@ -15,7 +15,8 @@ labelled positions (CPT labels a fraction of the observation tokens and nothing 
 DDP, FSDP and DeepSpeed still wrap and call it) with one that runs the body with restarting
 `position_ids` and no cache (packed rows, pipeline/training/packing.py), plus the collator's
 variable-length offsets under flash-attention, and returns the summed loss and the label count
-instead of logits; the Trainer divides (pipeline/training/trainer.py).
+instead of logits; the Trainer divides (pipeline/training/trainer.py). The output layer is read
+directly, so under DeepSpeed ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
 """
 
 import logging
@@ -24,6 +25,7 @@ from typing import Literal
 from pipeline.errors import UserFixableError
 from pipeline.training.models import reads_varlen_offsets
 from pipeline.training.sequences import IGNORE_INDEX
+from pipeline.training.zero3 import full_parameters
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +162,15 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
         hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
         labelled = shift_labels != IGNORE_INDEX
         if not per_row:
-            loss_sum = linear_cross_entropy_sum(
-                hidden[labelled], head.weight, head.bias, shift_labels[labelled], implementation, softcap
-            )
+            # The head is read, never called: under ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
+            with full_parameters(head.weight, head.bias):
+                loss_sum = linear_cross_entropy_sum(
+                    hidden[labelled], head.weight, head.bias, shift_labels[labelled], implementation, softcap
+                )
             return {"loss_sum": loss_sum, "label_count": labelled.sum()}
         rows = torch.arange(len(input_ids), device=input_ids.device)[:, None].expand_as(labelled)[labelled]
-        losses = _token_losses(hidden[labelled], head.weight, head.bias, shift_labels[labelled], softcap)
+        with full_parameters(head.weight, head.bias):
+            losses = _token_losses(hidden[labelled], head.weight, head.bias, shift_labels[labelled], softcap)
         sums = torch.zeros(len(input_ids), dtype=torch.float32, device=hidden.device).index_add_(0, rows, losses)
         return {"row_loss_sums": sums, "row_label_counts": labelled.sum(dim=1)}
 
