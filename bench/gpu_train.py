@@ -16,8 +16,9 @@
    optimizer steps (packed rows, the fused or chunked loss, the attention path it picks), with no
    held-out evaluation and no checkpoint inside the timed steps. Throughput is measured over the
    steps after `--warmup-steps` (compilation, allocator warm-up).
-   It first checks, on a small model, that packed rows give the loss and gradients of the
-   sequences run one by one with the attention path and loss this device gets.
+   It first checks, on a small model, that packed rows (several to a micro-batch) give the loss and
+   gradients of the sequences run one by one, with the loss this device gets and every attention
+   path the loader can pick here (flash_attention_2 with flash-attn, flex attention on CUDA, SDPA).
 4. `--compare-padded`: the same model and sequences the way the CPT stage trained before issue 9
    (sequences padded to the longest of each batch of `--micro-batch-rows`, transformers' own
    loss over full logits), and the ratio of the two in this run.
@@ -224,25 +225,49 @@ def train_padded(config, model_dir: Path, sequences_dir: Path, workspace: Path, 
     return {"tokens_per_s": timer.tokens_per_second(), "peak_gib": peak_memory_gib()}
 
 
-def check_packing(sequences_dir: Path, vocab_size: int, max_length: int) -> str:
-    """Packed vs one by one on this device, with the attention path and loss training picks: a small
-    Qwen3 (4 layers, hidden 256, the benchmark's vocabulary), loss and gradients. float32, except under
-    flash-attention, which has no float32 kernels: bf16 there, with bf16's tolerance."""
+def packing_check_attentions() -> list[str]:
+    """Every attention path the loader can pick on this device, the one training gets first (models.py):
+    flash_attention_2 where flash-attn is installed on CUDA, flex attention on CUDA, SDPA everywhere.
+    Flex attention has no backward on CPU, so a CPU checks SDPA alone (tests/test_packing.py checks
+    flex's forward and flash-attention's dispatch on CPU)."""
+    import importlib.util
+
+    import torch
+
+    from pipeline.training.models import packed_attention_implementation
+
+    available = ["sdpa"]
+    if torch.cuda.is_available():
+        available.append("flex_attention")
+        if importlib.util.find_spec("flash_attn"):
+            available.append("flash_attention_2")
+    chosen = packed_attention_implementation()
+    return [chosen] + [attention for attention in available if attention != chosen]
+
+
+def check_packing(sequences_dir: Path, vocab_size: int, attention: str) -> tuple[bool, str]:
+    """Packed vs one by one on this device with `attention` and the loss training picks: a small Qwen3
+    (4 layers, hidden 256, the benchmark's vocabulary), loss and gradients. The rows are made narrow
+    enough that the six sequences fill several, all in one micro-batch: flash-attention isolates
+    sequences within a row only through the collator's offsets when a batch has more than one row
+    (pipeline/training/packing.py). float32, except under flash-attention, which has no float32
+    kernels: bf16 there, with bf16's tolerance."""
     import torch
     import torch.nn.functional as F
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from pipeline.training.models import packed_attention_implementation
     from pipeline.training.packing import PackedCollator, PackedSequences
     from pipeline.training.sequences import IGNORE_INDEX, ParquetSequences
     from pipeline.training.token_loss import install_token_loss, resolve_loss_implementation
 
-    attention, loss_kind = packed_attention_implementation(), resolve_loss_implementation("auto")
+    loss_kind = resolve_loss_implementation("auto")
     dtype = torch.bfloat16 if attention == "flash_attention_2" else torch.float32
     loss_tolerance, gradient_tolerance = (2e-2, 1e-1) if dtype == torch.bfloat16 else (1e-3, 1e-2)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sequences = ParquetSequences([sequences_dir / "train.parquet"])
     picked = [sequences[int(i)] for i in sequences.lengths().argsort()[:6]]  # the shortest: several to a row
+    lengths = [len(s["input_ids"]) for s in picked]
+    width = max(max(lengths), -(-sum(lengths) // 2))  # at least two rows
 
     def model():
         torch.manual_seed(0)
@@ -269,13 +294,13 @@ def check_packing(sequences_dir: Path, vocab_size: int, max_length: int) -> str:
             return picked[i]
 
         def lengths(self):
-            return [len(s["input_ids"]) for s in picked]
+            return lengths
 
     packed_model = model()
     install_token_loss(packed_model, loss_kind)
-    rows = PackedSequences(Picked(), max_length, seed=0)
-    batch = PackedCollator(0, max_length)([rows[i] for i in range(len(rows))])
-    outputs = packed_model(**{k: v.to(device) for k, v in batch.items()})
+    rows = PackedSequences(Picked(), width, seed=0)
+    batch = PackedCollator(0, width)([rows[i] for i in range(len(rows))])
+    outputs = packed_model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
     loss = outputs["loss_sum"] / outputs["label_count"]
     loss.backward()
     worst = max(
@@ -284,8 +309,9 @@ def check_packing(sequences_dir: Path, vocab_size: int, max_length: int) -> str:
         if q.grad is not None
     )
     relative = abs(loss.item() - expected.item()) / expected.item()
-    verdict = "ok" if relative < loss_tolerance and worst < gradient_tolerance else "MISMATCH"
-    return (f"packing check ({attention}, {loss_kind}, {len(picked)} sequences in {len(rows)} rows): loss "
+    matches = relative < loss_tolerance and worst < gradient_tolerance
+    verdict = "ok" if matches else "MISMATCH"
+    return matches, (f"packing check ({attention}, {loss_kind}, {len(picked)} sequences in {len(rows)} rows): loss "
             f"{loss.item():.5f} vs {expected.item():.5f} one by one, worst relative gradient difference {worst:.1e}: "
             f"{verdict}")
 
@@ -328,7 +354,13 @@ def main() -> None:
           f"micro-batch; gradient checkpointing {'on' if options.gradient_checkpointing else 'off'}")
     from transformers import AutoConfig
 
-    print(check_packing(sequences_dir, AutoConfig.from_pretrained(model_dir).vocab_size, options.max_length))
+    vocab_size = AutoConfig.from_pretrained(model_dir).vocab_size
+    mismatched = []
+    for attention in packing_check_attentions():
+        matches, line = check_packing(sequences_dir, vocab_size, attention)
+        print(line, flush=True)
+        if not matches:
+            mismatched.append(attention)
 
     packed = train_packed(config, model_dir, sequences_dir, workspace, options.warmup_steps)
     peak = options.peak_tflops * 1e12 if options.peak_tflops else next(
@@ -348,10 +380,14 @@ def main() -> None:
         except torch.cuda.OutOfMemoryError:
             # The padded path holds full float32 logits: batches that fit packed need not fit padded.
             print(f"padded (before issue 9): out of GPU memory at {options.micro_batch_rows} sequences a batch")
-            return
-        print(f"padded (before issue 9): {padded['tokens_per_s']:,.0f} non-padding tokens/s, peak memory "
-              f"{padded['peak_gib']:.1f} GiB")
-        print(f"packed / padded: {packed['tokens_per_s'] / padded['tokens_per_s']:.2f}x non-padding tokens/s")
+        else:
+            print(f"padded (before issue 9): {padded['tokens_per_s']:,.0f} non-padding tokens/s, peak memory "
+                  f"{padded['peak_gib']:.1f} GiB")
+            print(f"packed / padded: {packed['tokens_per_s'] / padded['tokens_per_s']:.2f}x non-padding tokens/s")
+    if mismatched:
+        # The throughput above is still measured; the exit status says the run is not sound.
+        sys.exit(f"packing check failed under {', '.join(mismatched)}: packed rows do not train what the "
+                 "sequences alone would")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 # training stages' own path, and print non-padding tokens/s, MFU and peak memory against the targets
 # (one H200, max_length 2048: >= 80,000 tokens/s, <= 40 GiB), then the same against the padded batches
 # the CPT stage used before, in the same run. No model hub, no Prefect, no network.
+# Before training it checks packed rows (several to a micro-batch) against the sequences run one by one, in
+# loss and gradients, under every attention path the loader can pick on this host: flash_attention_2 where
+# flash-attn is installed, flex attention, SDPA. A mismatch makes the script exit 1 (after the timings).
 #
 #   deploy/gpu-check.sh                              # from anywhere; extra arguments go to bench/gpu_train.py
 #   deploy/gpu-check.sh --gradient-checkpointing --micro-batch-rows 16 --max-length 4096
@@ -18,5 +21,8 @@ if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() el
 fi
 if ! "$PYTHON" -c 'import liger_kernel' 2>/dev/null; then
     echo "gpu-check: liger-kernel is not installed (pip install -e '.[gpu]'): the loss runs chunked, slower" >&2
+fi
+if ! "$PYTHON" -c 'import flash_attn' 2>/dev/null; then
+    echo "gpu-check: flash-attn is not installed: training uses flex attention, and flash_attention_2 goes unchecked" >&2
 fi
 exec "$PYTHON" bench/gpu_train.py --workspace "${SIMULACRA_GPU_CHECK_WORKSPACE:-gpu-check-workspace}" --compare-padded "$@"

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from pipeline.training.packing import PackedCollator, PackedSequences, pack_rows
 from pipeline.training.sequences import IGNORE_INDEX
 from pipeline.training.token_loss import install_token_loss
+from tests import cpu_flash_attention
+from tests.cpu_flash_attention import use_flash_attention
 
 VOCAB = 97
 
@@ -45,6 +47,7 @@ def random_sequences(lengths, keep=0.5, seed=0):
 
 
 def tiny_model(attention="sdpa", seed=0):
+    """flash_attention_2 needs tests/cpu_flash_attention.py's kernels installed (`flash_kernels`)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
@@ -52,8 +55,15 @@ def tiny_model(attention="sdpa", seed=0):
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, max_position_embeddings=256, tie_word_embeddings=True,
     )
-    config._attn_implementation = attention
-    return Qwen3ForCausalLM(config)
+    flash = attention == "flash_attention_2"
+    config._attn_implementation = "sdpa" if flash else attention
+    model = Qwen3ForCausalLM(config)
+    return use_flash_attention(model) if flash else model
+
+
+@pytest.fixture
+def flash_kernels(monkeypatch):
+    return cpu_flash_attention.install(monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -113,6 +123,35 @@ def test_the_collator_pads_rows_to_full_width_as_an_isolated_unlabelled_tail():
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]]
 
 
+def packed_row(lengths):
+    """A row as PackedSequences makes it, of sequences of these lengths (tokens and labels arbitrary)."""
+    ids = [7] * sum(lengths)
+    return {"input_ids": ids, "labels": ids, "shift_labels": ids, "position_ids": [p for n in lengths for p in range(n)]}
+
+
+@pytest.mark.parametrize(
+    "row_lengths, width, offsets, longest",
+    [
+        ([[3]], 8, [0, 3, 8], 5),  # one sequence and its padding tail, a sequence of its own
+        ([[3, 2], [6]], 6, [0, 3, 5, 6, 12], 6),  # two rows: the offsets run on across the row boundary
+        ([[4, 4], [2, 1, 5]], 8, [0, 4, 8, 10, 11, 16], 5),  # full rows: no tail
+        ([[1], [1]], 4, [0, 1, 4, 5, 8], 3),
+    ],
+)
+def test_the_collator_gives_flash_attention_the_packing_as_offsets_over_the_flattened_batch(
+    row_lengths, width, offsets, longest
+):
+    from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
+
+    batch = PackedCollator(pad_token_id=0, width=width)([packed_row(lengths) for lengths in row_lengths])
+    assert batch["cu_seq_lens_q"].tolist() == batch["cu_seq_lens_k"].tolist() == offsets
+    assert batch["cu_seq_lens_q"].dtype == torch.int32
+    assert batch["max_length_q"] == batch["max_length_k"] == longest and isinstance(batch["max_length_q"], int)
+    # What transformers itself derives from the positions of a single flattened row (its one-row packed case).
+    (library_offsets, _), (library_longest, _) = prepare_fa_kwargs_from_position_ids(batch["position_ids"])
+    assert library_offsets.tolist() == offsets and int(library_longest) == longest
+
+
 def unpacked_loss(model, sequences):
     """The reference: each sequence alone, transformers' usual shifted cross-entropy, mean over all labels."""
     total, count = 0.0, 0
@@ -133,9 +172,18 @@ def packed_loss(model, sequences, max_length):
 
 @pytest.mark.parametrize(
     "attention, checkpointing",
-    [("sdpa", False), ("eager", False), ("sdpa", True)],  # SDPA: the CPU path; checkpointing recomputes layers
+    [
+        ("sdpa", False),  # the CPU path
+        ("eager", False),
+        ("sdpa", True),  # checkpointing recomputes layers
+        # transformers' flash-attention path with CPU kernels (tests/cpu_flash_attention.py): the path a GPU
+        # host with flash-attn gets, several rows to a micro-batch
+        ("flash_attention_2", False),
+        ("flash_attention_2", True),
+    ],
 )
-def test_packed_loss_and_gradients_equal_the_sequences_run_alone(attention, checkpointing):
+def test_packed_loss_and_gradients_equal_the_sequences_run_alone(request, attention, checkpointing):
+    kernels = request.getfixturevalue("flash_kernels") if attention == "flash_attention_2" else None
     sequences = random_sequences([30, 20, 11, 45, 8, 25, 17], keep=0.5)
     reference = tiny_model(attention)
     expected = unpacked_loss(reference, sequences)
@@ -146,12 +194,57 @@ def test_packed_loss_and_gradients_equal_the_sequences_run_alone(attention, chec
         model.train()
         model.gradient_checkpointing_enable({"use_reentrant": False})
     install_token_loss(model, "chunked")
+    if kernels:
+        kernels.varlen = kernels.whole_rows = 0
     loss, rows = packed_loss(model, sequences, max_length=64)
     loss.backward()
-    assert rows < len(sequences)  # several sequences did share rows
+    assert 1 < rows < len(sequences)  # several sequences did share rows, and a micro-batch held several rows
+    if kernels:  # every layer's attention ran on the offsets (twice each with recomputation)
+        assert (kernels.varlen, kernels.whole_rows) == (2 * (1 + checkpointing), 0)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_flash_attention_over_several_rows_without_the_offsets_is_refused(flash_kernels):
+    """The trap itself: transformers' flash path, given restarting positions but no offsets for a batch of
+    several rows, attends causally over each whole row (across sequences). The model call refuses it."""
+    sequences = random_sequences([30, 20, 11, 45, 8, 25, 17], keep=0.5)
+    model = tiny_model("flash_attention_2")
+    dataset = PackedSequences(ListSequences(sequences), 64, seed=0)
+    batch = PackedCollator(pad_token_id=0, width=64)([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        isolated = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False,
+                               cu_seq_lens_q=batch["cu_seq_lens_q"], cu_seq_lens_k=batch["cu_seq_lens_k"],
+                               max_length_q=batch["max_length_q"], max_length_k=batch["max_length_k"])
+        crossing = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
+    assert flash_kernels.whole_rows == 2  # the second call: plain causal attention, in both layers
+    assert not torch.allclose(isolated.last_hidden_state, crossing.last_hidden_state, atol=1e-3)
+
+    install_token_loss(model, "chunked")
+    without_offsets = {k: v for k, v in batch.items() if not k.startswith(("cu_seq_lens", "max_length"))}
+    with pytest.raises(ValueError, match="needs the offsets PackedCollator adds"):
+        model(**without_offsets)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_packed_loss_equals_the_sequences_run_alone_under_flex_attention(monkeypatch):
+    """flex attention (the CUDA path without flash-attn): the BlockMask transformers builds from restarting
+    positions. Forward only: FlexAttention has no backward on CPU. Uncompiled (compiling flex attention on a
+    CPU takes minutes; the mask and the attention are the same ops), torch.compile made the identity for the test."""
+    from transformers.integrations import flex_attention
+
+    monkeypatch.setattr(torch, "compile", lambda function=None, **options: function or (lambda f: f))
+    monkeypatch.setattr(flex_attention.WrappedFlexAttention, "_instance", None)
+    monkeypatch.setattr(flex_attention.WrappedFlexAttention, "_is_flex_compiled", False)
+    sequences = random_sequences([30, 20, 11, 45, 8, 25, 17], keep=0.5)
+    with torch.no_grad():
+        expected = unpacked_loss(tiny_model("flex_attention"), sequences)
+        model = tiny_model("flex_attention")
+        install_token_loss(model, "chunked")
+        loss, rows = packed_loss(model, sequences, max_length=64)
+    assert 1 < rows < len(sequences)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_held_out_rows_report_per_row_sums_of_per_token_losses():

@@ -20,6 +20,7 @@ from typing import Any
 
 from pipeline.progress import progress_bar
 from pipeline.rl.prompts import RLPrompt
+from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import AtomicCheckpoints, resume_checkpoint, save_model_atomic
 from pipeline.training.models import load_causal_lm, training_dtype
 from pipeline.training.tiny_model import IM_END
@@ -92,7 +93,7 @@ def grpo_arguments(config, trainer_dir: Path, reward_weights: Sequence[float]):
         # devices and memory
         use_cpu=not torch.accelerator.is_available(),
         bf16=on_cuda and torch.cuda.is_bf16_supported() and training_dtype(config.model.dtype) != torch.float16,
-        activation_checkpointing=gpu.gradient_checkpointing,
+        **activation_checkpointing_arguments(GRPOConfig, gpu.gradient_checkpointing),
         use_liger_kernel=gpu.liger_layer_kernels,
         remove_unused_columns=False,
         **vllm,

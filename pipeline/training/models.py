@@ -119,6 +119,13 @@ def packed_attention_implementation() -> str:
     return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "flex_attention"
 
 
+def reads_varlen_offsets(attention: str | None) -> bool:
+    """Whether an attention implementation isolates packed sequences by flash-attention's variable-length
+    offsets rather than by a mask: `flash_attention_2/3/4` and hub kernels of flash-attention
+    ("kernels-community/flash-attn2"), all of which go through transformers' `_flash_attention_forward`."""
+    return attention is not None and "flash" in attention
+
+
 def load_causal_lm(ref: str, dtype: str = "auto", trust_remote_code: bool = False, attn_implementation: str | None = None):
     """Any Hugging Face causal LM by hub name or local folder, on no particular device."""
     from transformers import AutoModelForCausalLM

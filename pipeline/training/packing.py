@@ -7,12 +7,17 @@ row holds several sequences; each keeps its own view of the world:
 - positions restart at 0 for every sequence (`position_ids`), as if it were alone;
 - attention never crosses a sequence boundary. Transformers (5.x, `masking_utils`) reads the
   boundaries off the restarting `position_ids` when the model is called without a 2D attention
-  mask and without a cache, and builds what its attention path needs: a block-diagonal causal
-  mask for `sdpa`/`eager`, a BlockMask for `flex_attention`, variable-length offsets for
-  flash-attention. STACK.md measured the trap: with a cache (the default `use_cache=True`) the
-  boundaries are ignored and the sequences see each other. The model call passes `use_cache=False`
-  (pipeline/training/token_loss.py), and tests/test_packing.py checks loss and gradients against
-  the sequences run one by one;
+  mask and without a cache, and builds a block-diagonal causal mask for `sdpa`/`eager` and a
+  BlockMask for `flex_attention`. STACK.md measured the trap: with a cache (the default
+  `use_cache=True`) the boundaries are ignored and the sequences see each other. The model call
+  passes `use_cache=False` (pipeline/training/token_loss.py). Flash-attention reads no mask: its
+  variable-length kernel takes the boundaries as offsets into the batch flattened to one stream
+  (`cu_seq_lens_q/k`, `max_length_q/k`), and transformers (5.17 and 5.24,
+  `_is_packed_sequence`) derives them from `position_ids` only for a batch of ONE row; with more
+  rows and no offsets it runs plain causal attention over each whole row, across sequences,
+  silently. So the collator computes the offsets from the packing for every batch, and the model
+  call passes them under flash-attention. tests/test_packing.py checks loss and gradients against
+  the sequences run one by one, for each attention path;
 - the last token of a sequence predicts nothing: labels are shifted per sequence (`shift_labels`),
   so no loss ever asks the model to guess the first token of the next sequence.
 
@@ -96,7 +101,13 @@ class PackedSequences:
 
 class PackedCollator:
     """Stacks packed rows into tensors `width` tokens wide (the row length, so every batch has one
-    shape: compiled attention kernels such as flex attention's are built once)."""
+    shape: compiled attention kernels such as flex attention's are built once).
+
+    With them, flash-attention's variable-length offsets over the batch read as one stream of
+    `rows x width` tokens: `cu_seq_lens_q/k`, int32, where each sequence starts (a padding tail is
+    a sequence; a row's end is always a boundary), the total last; `max_length_q/k`, the longest
+    sequence as a Python int (flash-attn's kernels take an int; a tensor would cost a device sync
+    per layer)."""
 
     def __init__(self, pad_token_id: int, width: int):
         self.pad_token_id = pad_token_id
@@ -120,4 +131,11 @@ class PackedCollator:
                 batch[name][i, :n] = torch.tensor(row[name])
             batch["position_ids"][i, n:] = torch.arange(self.width - n)
             batch["attention_mask"][i, :n] = 1
+        # A sequence starts wherever positions restart at 0 (the packing's own boundaries, padding tails
+        # included); offsets count across rows, as flash-attention flattens the batch before attending.
+        starts = (batch["position_ids"].reshape(-1) == 0).nonzero().reshape(-1)
+        offsets = torch.cat([starts, torch.tensor([shape[0] * shape[1]])]).to(torch.int32)
+        longest = int(offsets.diff().max())
+        batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = offsets
+        batch["max_length_q"] = batch["max_length_k"] = longest
         return batch

@@ -13,15 +13,19 @@ labelled positions (CPT labels a fraction of the observation tokens and nothing 
 
 `install_token_loss(model, implementation)` replaces the model's forward (on the instance, so
 DDP, FSDP and DeepSpeed still wrap and call it) with one that runs the body with restarting
-`position_ids` and no cache (packed rows, pipeline/training/packing.py) and returns the summed
-loss and the label count instead of logits; the Trainer divides (pipeline/training/trainer.py).
+`position_ids` and no cache (packed rows, pipeline/training/packing.py), plus the collator's
+variable-length offsets under flash-attention, and returns the summed loss and the label count
+instead of logits; the Trainer divides (pipeline/training/trainer.py). The output layer is read
+directly, so under DeepSpeed ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
 """
 
 import logging
 from typing import Literal
 
 from pipeline.errors import UserFixableError
+from pipeline.training.models import reads_varlen_offsets
 from pipeline.training.sequences import IGNORE_INDEX
+from pipeline.training.zero3 import full_parameters
 
 log = logging.getLogger(__name__)
 
@@ -142,19 +146,31 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
     softcap = getattr(model.config, "final_logit_softcapping", None)
     log.info("token loss: %s linear cross-entropy over labelled positions", implementation)
 
-    def forward(input_ids, position_ids, shift_labels, per_row: bool = False, **batch_only):
+    def forward(input_ids, position_ids, shift_labels, per_row: bool = False, cu_seq_lens_q=None, cu_seq_lens_k=None,
+                max_length_q=None, max_length_k=None, **batch_only):
         # `labels` and `attention_mask` stay in the batch for the Trainer (label and token counts);
-        # the model needs neither: attention is isolated per sequence through position_ids, and
-        # the padding tail is a sequence of its own that no label points into.
-        hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+        # the model needs neither: attention is isolated per sequence through position_ids (or, under
+        # flash-attention, the offsets), and the padding tail is a sequence of its own that no label points into.
+        varlen = {}
+        if reads_varlen_offsets(model.config._attn_implementation):
+            if cu_seq_lens_q is None and len(input_ids) > 1:
+                # Without offsets flash-attention attends across the sequences of a row (packing.py).
+                raise ValueError("flash-attention over several packed rows needs the offsets PackedCollator adds")
+            if cu_seq_lens_q is not None:
+                varlen = {"cu_seq_lens_q": cu_seq_lens_q, "cu_seq_lens_k": cu_seq_lens_k,
+                          "max_length_q": max_length_q, "max_length_k": max_length_k}
+        hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
         labelled = shift_labels != IGNORE_INDEX
         if not per_row:
-            loss_sum = linear_cross_entropy_sum(
-                hidden[labelled], head.weight, head.bias, shift_labels[labelled], implementation, softcap
-            )
+            # The head is read, never called: under ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
+            with full_parameters(head.weight, head.bias):
+                loss_sum = linear_cross_entropy_sum(
+                    hidden[labelled], head.weight, head.bias, shift_labels[labelled], implementation, softcap
+                )
             return {"loss_sum": loss_sum, "label_count": labelled.sum()}
         rows = torch.arange(len(input_ids), device=input_ids.device)[:, None].expand_as(labelled)[labelled]
-        losses = _token_losses(hidden[labelled], head.weight, head.bias, shift_labels[labelled], softcap)
+        with full_parameters(head.weight, head.bias):
+            losses = _token_losses(hidden[labelled], head.weight, head.bias, shift_labels[labelled], softcap)
         sums = torch.zeros(len(input_ids), dtype=torch.float32, device=hidden.device).index_add_(0, rows, losses)
         return {"row_loss_sums": sums, "row_label_counts": labelled.sum(dim=1)}
 

@@ -37,6 +37,7 @@ from typing import Any
 from pipeline.config.training import TrainingSettings
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
+from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import AtomicCheckpoints, resume_checkpoint, save_model_atomic
 from pipeline.training.mask_epochs import mask_epochs_callback
 from pipeline.training.models import (
@@ -196,19 +197,8 @@ def _training_arguments(config, job: TrainingJob, fresh: bool, has_eval: bool, a
 
     settings = job.settings
     on_cuda = torch.cuda.is_available()
-    # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and
-    # warns on the old names; earlier 5.x (the GPU image's 5.17) knows only the old ones.
-    checkpointing = (
-        "activation_checkpointing"
-        if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
-        else "gradient_checkpointing"
-    )
-    recompute = {checkpointing: settings.gradient_checkpointing}
-    if settings.gradient_checkpointing:
-        # Non-reentrant: the variant PyTorch recommends, and the one that works when inputs need no grad.
-        recompute[f"{checkpointing}_kwargs"] = {"use_reentrant": False}
     return TrainingArguments(
-        **recompute,
+        **activation_checkpointing_arguments(TrainingArguments, settings.gradient_checkpointing),
         output_dir=str(job.trainer_dir),
         max_steps=settings.max_steps,
         per_device_train_batch_size=settings.micro_batch_rows,
