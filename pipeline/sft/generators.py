@@ -22,6 +22,11 @@ def resolved_endpoint(endpoint, base_ref: str):
     return endpoint
 
 
+def thinking_budget(config: GeneratorConfig) -> int | None:
+    """The budget the generator's requests carry: budget forcing runs on the local backend only."""
+    return config.thinking_budget if config.endpoint.backend == "transformers" else None
+
+
 def _output_shaping(endpoint) -> tuple:
     """What changes an endpoint's answers (the cache key's view): not its URL, key or concurrency."""
     return (endpoint.backend, endpoint.model, endpoint.temperature, endpoint.top_p, endpoint.max_tokens, endpoint.seed)
@@ -32,7 +37,8 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
         # The index is the cpt pool: a changed pool retrieves differently.
         return f"retrieval#{digest(config.history_turns, pools)}"
     endpoint = resolved_endpoint(config.endpoint, base_ref)
-    return f"{endpoint.backend}:{endpoint.model}#{digest(_output_shaping(endpoint), generator_prompt_digest())}"
+    shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
+    return f"{endpoint.backend}:{endpoint.model}#{digest(*shaping)}"
 
 
 def judge_label(config: JudgeConfig) -> str:
@@ -62,13 +68,14 @@ def _retrieval(config: GeneratorConfig, snapshot_dir: Path):
     return generate
 
 
-def _endpoint(endpoint, store, role: str):
+def _endpoint(endpoint, budget: int | None, store, role: str):
     from pipeline.llm.client import ChatRequest, open_client
 
     client = open_client(endpoint, store, role)
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
-        answers = client.complete_sync([ChatRequest(generator_messages(query), sample_index=k) for query, k in items])
+        requests = [ChatRequest(generator_messages(query), sample_index=k, thinking_budget=budget) for query, k in items]
+        answers = client.complete_sync(requests)
         return [GeneratedText(a.text, a.error, a.prompt_tokens, a.completion_tokens) for a in answers]
 
     return generate, client
@@ -83,7 +90,8 @@ def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, 
         if config.kind == "retrieval":
             generate = _retrieval(config, snapshot_dir)
         else:
-            generate, client = _endpoint(resolved_endpoint(config.endpoint, base_ref), store, f"sft.generator.{position}")
+            endpoint = resolved_endpoint(config.endpoint, base_ref)
+            generate, client = _endpoint(endpoint, thinking_budget(config), store, f"sft.generator.{position}")
             clients.append(client)
         generators.append(Generator(label, config.samples, order, generate))
         order += config.samples
