@@ -115,13 +115,32 @@ MEMORY_ROUTES = {
 }
 
 
+# Where each is stopped: the seccomp filter (EPERM), the namespace limit and the scratch's size (ENOSPC).
+STOPPED = {
+    "SysV shared memory, detached": "PermissionError: [Errno 1] shmget",
+    "memfd_create, unmapped": "PermissionError: [Errno 1]",
+    "a tmpfs of its own in a nested user namespace": "[Errno 28] unshare",
+    "the scratch beyond its size": "[Errno 28] No space left on device",
+}
+
+
 @pytest.mark.parametrize("route", MEMORY_ROUTES)
 def test_memory_beyond_the_bound_is_refused(route):
     outcome = rule_reward(code(MEMORY_ROUTES[route]), "x", SMALL)
-    assert outcome.reward == 0.0 and outcome.status in ("error", "signalled"), outcome
+    assert (outcome.reward, outcome.status) == (0.0, "error") and STOPPED[route] in outcome.reason, outcome
 
 
 # Item 3: the prediction forges a pass through a process the verifier starts.
+PTRACE_CHILD = code("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    harness = os.getppid()
+    attached = libc.ptrace(16, harness, 0, 0)  # PTRACE_ATTACH
+    if attached == 0:  # once the harness has stopped, PTRACE_DETACH, so that it goes on
+        os.waitpid(harness, 0x40000000)  # __WALL
+        libc.ptrace(17, harness, 0, 0)
+    print(attached)
+""")
 FORGERS = {
     # A child writes an unterminated `pass ` on every descriptor it inherited: before the fix the
     # launcher's duplicate of the verdict pipe was one, and the harness's `fail` line completed it.
@@ -139,13 +158,29 @@ FORGERS = {
             os.write(3, b"pass ")
             return False
     """,
+    # A child attaches to the harness (same uid): it could then write any verdict through it.
+    "by attaching to the harness": f"""
+        import subprocess, sys
+        CHILD = {PTRACE_CHILD!r}
+        def verify(p):
+            attached = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+            return attached.stdout.strip() == "0"  # PTRACE_ATTACH succeeded
+    """,
+}
+
+
+# The status each ends in: the verifier ran to its own `False`, or the frame caught the stray bytes.
+FORGED = {
+    "through an inherited descriptor": "fail",
+    "by an unterminated pass before the verdict": "error",
+    "by attaching to the harness": "fail",
 }
 
 
 @pytest.mark.parametrize("route", FORGERS)
 def test_a_forged_pass_is_never_a_pass(route):
     outcome = rule_reward(code(FORGERS[route]), "x", SMALL)
-    assert outcome.reward == 0.0, outcome
+    assert (outcome.reward, outcome.status) == (0.0, FORGED[route]), outcome
 
 
 # Item 4: two ranks seed `random` alike (transformers' set_seed), and their sandboxes ran under one uid.
