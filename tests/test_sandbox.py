@@ -21,7 +21,7 @@ from pipeline.rewards.sandbox import UID_RANGE, SandboxJob, run_sandboxed
 # Run as root, as CI does: the verifier is inner uid 1000, apart from the set-up's inner 0. An
 # unprivileged user's run (one uid, mapped as inner 0) is tested in test_sandbox_attacks.py; the
 # refusal is tested below, inside a user namespace.
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs as root (CI does)")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="written for root's two-uid sandbox, as CI runs")
 REPO = Path(__file__).resolve().parents[1]
 SECRET_NAME = "SIMULACRA_SANDBOX_TEST_SECRET"
 SECRET = "s3cret-7f1e9a"
