@@ -5,8 +5,9 @@
 The demo corpus's verifiers (terminal counts and tool-reply key checks) on their own reference
 observations, cycled to `--verifications`. Both sides run the same number at once (default: one
 per CPU, the batch API's default) from a thread pool:
-- sandboxed: `pipeline.rewards.rule.rule_rewards` (namespaces, read-only mounts, own uid, limits:
-  two Python processes per verification, the launcher and the verifier);
+- sandboxed: `pipeline.rewards.rule.rule_rewards` (a user namespace and five others, a root of its
+  own, own uid, seccomp, limits: two Python processes per verification, the launcher and the
+  verifier, and the launcher's forks: PID 1 and, as root, the helper that writes the uid maps);
 - plain: one `python -I -S -B -c` subprocess per verification, the verifier's code and a call of
   `verify` on stdin's prediction: no isolation at all, the floor of running it in its own process.
 Both must agree on every verdict. Only figures of this run are printed; the ratios are the figures:

@@ -1,5 +1,6 @@
 """The sandbox and the rule reward (issue 11): hostile verifier code ends in reward 0 with its
-reason, in one batch beside verifiers that pass, and leaves nothing behind on the host."""
+reason, in one batch beside verifiers that pass, and leaves nothing behind on the host. The attacks
+of issue 20 are in test_sandbox_attacks.py."""
 
 import json
 import os
@@ -16,11 +17,11 @@ import pytest
 from pipeline.config.sandbox import SandboxConfig
 from pipeline.rewards.rule import NO_VERIFIER, PASS_REWARD, rule_reward, rule_rewards, verifier_of
 from pipeline.rewards.sandbox import UID_RANGE, SandboxJob, run_sandboxed
-from pipeline.rewards import sandbox_child
 
-# The sandbox creates namespaces and switches uid: as another user every verifier is refused (the
-# refusal itself is tested below, inside a user namespace).
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs as root (CI does)")
+# Run as root, as CI does: the verifier is inner uid 1000, apart from the set-up's inner 0. An
+# unprivileged user's run (one uid, mapped as inner 0) is tested in test_sandbox_attacks.py; the
+# refusal is tested below, inside a user namespace.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="written for root's two-uid sandbox, as CI runs")
 REPO = Path(__file__).resolve().parents[1]
 SECRET_NAME = "SIMULACRA_SANDBOX_TEST_SECRET"
 SECRET = "s3cret-7f1e9a"
@@ -54,13 +55,13 @@ WALL_BOUND = {"endless sleep", "fork bomb that ignores failures"}
 HOSTILE = [
     ("endless loop", "def verify(p):\n    while True:\n        pass\n", "x", "signalled", "CPU time limit"),
     ("endless sleep", "import time\ndef verify(p):\n    time.sleep(60)\n", "x", "timeout", "wall timeout"),
-    # The host keeps 4 KiB of output and drains the rest: the flood never blocks, the CPU limit ends it.
+    # The host keeps 4 KiB of output and closes the pipe: the next write fails.
     (
         "prints without end",
         "def verify(p):\n    while True:\n        print(p * 1000)\n",
         "x",
-        "signalled",
-        "CPU time limit",
+        "error",
+        "BrokenPipeError",
     ),
     ("10 GB allocation", "def verify(p):\n    return len(bytearray(10 * 1024**3)) > 0\n", "x", "error", "MemoryError"),
     ("fork bomb", "import os\ndef verify(p):\n    while True:\n        os.fork()\n", "x", "error", "BlockingIOError"),
@@ -123,7 +124,7 @@ def test_one_batch_mixes_hostile_and_honest_verifiers_and_keeps_order():
     batch = SandboxConfig(wall_timeout_s=10, cpu_time_s=1, concurrency=2)
     outcomes = rule_rewards([c[1] for c in cases] + [None], [c[2] for c in cases] + ["x"], batch)
     for (case, _, _, status, reason), outcome in zip(cases, outcomes):
-        if case in ("endless loop", "prints without end", "fork bomb that ignores failures"):  # CPU or clock
+        if case in ("endless loop", "fork bomb that ignores failures"):  # CPU or clock
             assert outcome.status in ("signalled", "timeout"), outcome
         else:
             assert outcome.status == status and reason in outcome.reason, (case, outcome)
@@ -151,23 +152,17 @@ def test_no_connection_reaches_a_listening_server_on_the_host():
             server.accept()
 
 
-# A checkout inside a folder the sandbox covers with its own tmpfs (CI may clone under /tmp; /root is
-# covered where it is closed to others) is out of sight there rather than read-only: either way nothing
-# is written.
-HIDDEN = (*sandbox_child.COVERED, *sandbox_child._closed_ancestor(os.path.realpath(sys.base_prefix)))
-REPO_REASON = "No such file or directory" if any(REPO.is_relative_to(folder) for folder in HIDDEN) else "Read-only file system"
-
-
-# The sandbox's /tmp is its own scratch (root's, mode 0755, but for /tmp/work); the host's /tmp,
-# /var/tmp and /dev/shm, shared and world-writable, are out of sight, the rest read-only.
+# The sandbox's /tmp is its own scratch (its set-up's, mode 0755, but for /tmp/work); the host's
+# /tmp, /var/tmp, /run and /dev/shm and the project are not in its root at all.
 @pytest.mark.parametrize(
     "place, reason",
     [
         ("/tmp", "Permission denied"),
-        ("/var/tmp", "Read-only file system"),
-        ("/dev/shm", "Read-only file system"),
-        ("/run", "Read-only file system"),
-        (str(REPO), REPO_REASON),
+        ("/var/tmp", "No such file or directory"),
+        ("/dev/shm", "No such file or directory"),
+        ("/run", "No such file or directory"),
+        (str(REPO), "No such file or directory"),
+        ("/usr/lib", "Read-only file system"),
     ],
 )
 def test_no_write_outside_the_scratch_directory(place, reason):
@@ -216,7 +211,7 @@ def test_the_parents_environment_is_out_of_reach(monkeypatch):
         import os
         def verify(p):
             seen = [repr(dict(os.environ)), p]
-            for pid in os.listdir("/proc"):
+            for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:  # the sandbox has none
                 try:
                     seen.append(open(f"/proc/{{pid}}/environ").read())
                     seen.append(open(f"/proc/{{pid}}/cmdline").read())
@@ -233,20 +228,35 @@ def test_identity_environment_and_inputs():
     probe = SandboxJob(
         code("""
             import json, os, sys
+            descriptors = []
+            for fd in range(64):
+                try:
+                    os.fstat(fd)
+                    descriptors.append(fd)
+                except OSError:
+                    pass
             os.write(3, json.dumps({
                 "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "pid": os.getpid(),
                 "environ": sorted(os.environ), "argv": sys.argv[1:], "input": open(sys.argv[1] + "/data.txt").read(),
-                "processes": sorted(int(n) for n in os.listdir("/proc") if n.isdigit()),
+                "stdin": sys.stdin.read(), "descriptors": descriptors, "root": os.listdir("/"),
+                "etc": sorted(os.listdir("/etc")), "dev": sorted(os.listdir("/dev")),
             }).encode())
         """),
         {"data.txt": "given through a file"},
+        b"the job's stdin",
     )
     result = run_sandboxed(probe, LIMITS)
     seen = json.loads(result.report)
-    assert UID_RANGE[0] <= seen["uid"] < UID_RANGE[1] and seen["gid"] == seen["uid"] and seen["groups"] == []
-    assert seen["pid"] == 2 and seen["processes"] == [1, 2]  # only the namespace's own processes
+    # Inner uid 1000 (the host sees one of UID_RANGE), no groups, PID 2 after the namespace's PID 1.
+    assert (seen["uid"], seen["gid"], seen["groups"], seen["pid"]) == (1000, 1000, [], 2)
+    assert seen["stdin"] == "the job's stdin" and seen["descriptors"] == [0, 1, 2, 3]
     assert set(seen["environ"]) <= {"HOME", "TMPDIR", "LC_CTYPE"}  # LC_CTYPE: Python's own C-locale coercion
     assert seen["input"] == "given through a file" and seen["argv"] == ["/tmp/input"]
+    # The root holds the interpreter, its libraries and the scratch: no /proc, /sys, /etc beyond
+    # the loader's cache, /home, /work...
+    prefix_top = Path(os.path.realpath(sys.base_prefix)).parts[1]  # e.g. root, for /root/.pyenv/...
+    assert set(seen["root"]) <= {"usr", "lib", "lib32", "lib64", "libx32", "etc", "dev", "tmp", prefix_top}
+    assert seen["etc"] == ["ld.so.cache"] and seen["dev"] == ["full", "null", "random", "urandom", "zero"]
 
 
 def test_refused_namespaces_mean_reward_zero_with_the_kernels_reason():

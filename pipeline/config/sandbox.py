@@ -1,4 +1,4 @@
-"""Limits of the sandbox that runs untrusted verifier code (issue 11, `pipeline/rewards/sandbox.py`).
+"""Limits of the sandbox that runs untrusted verifier code (issues 11, 20, `pipeline/rewards/sandbox.py`).
 
 Embedded by the `rl` section: the rule reward runs every verifier under these limits.
 """
@@ -30,14 +30,15 @@ class SandboxConfig(Section):
         description="Address space per process (RLIMIT_AS). Python starts in about 30 MB and a verifier "
         "imports only the standard library (no site-packages: `python -I -S`); a huge allocation fails at once "
         "with MemoryError (verify raises: reward 0). Per process: a sandbox holds at most "
-        "max_processes x memory_bytes (2 GiB by default).",
+        "max_processes x memory_bytes (2 GiB by default) plus its scratch; the memory no address space counts "
+        "(memfd_create, SysV shared memory and message queues, a tmpfs of a nested namespace) is refused.",
     )
     max_processes: int = Field(
         default=8,
         ge=1,
-        description="Processes and threads the verifier's uid may hold (RLIMIT_NPROC). Each run gets its own "
-        "unprivileged uid, so the count is this run's alone; a fork bomb hits the limit and fails. A verifier "
-        "needs one; the limit also bounds the sandbox's memory and CPU (per-process limits).",
+        description="Processes and threads the verifier may hold (RLIMIT_NPROC). The kernel counts them per "
+        "uid within the run's own user namespace, so the count is this run's alone; a fork bomb hits the limit "
+        "and fails. A verifier needs one; the limit also bounds the sandbox's memory and CPU (per-process limits).",
     )
     scratch_bytes: int = Field(
         default=16 * MIB,

@@ -1,10 +1,35 @@
-"""Where a workspace lives: the DuckDB file, Prefect's home, run outputs and checkpoints."""
+"""Where a workspace lives: the DuckDB file, Prefect's home, run outputs and checkpoints.
+
+A workspace is private to its owner (issue 20): Prefect's home holds its database, where the
+encryption key of Secret blocks lies beside their ciphertext, and the store holds every
+trajectory. Folders the project creates are 0700 and existing ones are made so; the store is 0600.
+"""
 
 from pathlib import Path
 
 from pydantic import Field
 
 from pipeline.config.base import Section
+
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
+
+
+def make_private(folder: Path) -> Path:
+    """Create `folder`, and each missing parent, readable by its owner alone; an existing `folder`
+    open to others is closed (a workspace made before issue 20 was 0755). Returns it."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    for path in reversed(missing):
+        path.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)  # exist_ok: another process may race us
+    if folder.stat().st_mode & 0o077:
+        folder.chmod(PRIVATE_FOLDER)
+    return folder
+
+
+def make_private_file(path: Path) -> None:
+    """Close an existing file to everyone but its owner (files are created under the umask)."""
+    if path.stat().st_mode & 0o077:
+        path.chmod(PRIVATE_FILE)
 
 
 class WorkspaceConfig(Section):

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.config.workspace import make_private
+
 # A temporary server starts in about 8 s on an idle machine (STACK.md); Prefect's default of 20 s
 # fails on a loaded 2-core runner, where we measured 18 s.
 EPHEMERAL_STARTUP_TIMEOUT_S = 120
@@ -27,10 +29,13 @@ def prefect_environment(prefect_home: Path) -> dict[str, str]:
 
 
 def configure(prefect_home: Path) -> None:
-    """Set Prefect's environment for this process, keeping anything the user set explicitly."""
+    """Create Prefect's home private to its owner, as Prefect itself would (0700, and so the
+    workspace above it: its database holds the key of every Secret block), and set Prefect's
+    environment for this process, keeping anything the user set explicitly."""
+    make_private(prefect_home.parent)
+    make_private(prefect_home)
     if "prefect" in sys.modules:
         # Too late to take effect (tests that import prefect first configure it themselves).
         return
-    prefect_home.mkdir(parents=True, exist_ok=True)
     for name, value in prefect_environment(prefect_home).items():
         os.environ.setdefault(name, value)

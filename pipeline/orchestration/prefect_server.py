@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config.workspace import make_private
 from pipeline.orchestration.deployments import write_bound
 from pipeline.orchestration.prefect_env import prefect_environment
 
@@ -180,7 +181,8 @@ class LocalServer:
             raise ServerError("no project folder to deploy from")
         if self.pid("server") is not None:
             raise ServerError(f"a server from this workspace is already running (pid {self.pid('server')})")
-        self.home.mkdir(parents=True, exist_ok=True)
+        make_private(self.home.parent)
+        make_private(self.home)
         server = self._spawn("server", ["server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
         (self.home / "simulacra-server.url").write_text(self.api_url)
         self._wait_ready(server)

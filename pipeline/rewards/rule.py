@@ -9,6 +9,7 @@ allows a reward function to return None). SPEC's 0/1 scaled to [0, 25], the rubr
 scale, so the 0.9 / 0.1 weights mix like with like.
 """
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +51,13 @@ def rule_rewards(
     if len(verifiers) != len(predictions):
         raise ValueError(f"{len(verifiers)} verifiers for {len(predictions)} predictions")
     jobs = [
-        (index, SandboxJob(HARNESS, {"verifier.py": code, "prediction.txt": prediction}))
+        (index, SandboxJob(HARNESS, {"verifier.py": code, "prediction.txt": prediction}, secrets.token_hex(16).encode()))
         for index, (code, prediction) in enumerate(zip(verifiers, predictions))
         if code is not None
     ]
     outcomes = [NO_VERIFIER] * len(verifiers)
-    for (index, _), result in zip(jobs, run_many([job for _, job in jobs], config)):
-        outcomes[index] = outcome(result)
+    for (index, job), result in zip(jobs, run_many([job for _, job in jobs], config)):
+        outcomes[index] = outcome(result, job.stdin)
     return outcomes
 
 
@@ -64,19 +65,22 @@ def rule_reward(verifier: str | None, prediction: str, config: SandboxConfig) ->
     return rule_rewards([verifier], [prediction], config)[0]
 
 
-def outcome(result: SandboxResult) -> RuleOutcome:
-    """The reward a sandbox run earns: a pass needs the harness's one well-formed verdict and a
-    clean exit; everything else is 0 with the reason."""
+def outcome(result: SandboxResult, nonce: bytes) -> RuleOutcome:
+    """The reward a sandbox run earns: a pass needs the harness's one verdict, framed by this
+    run's nonce, and a clean exit; everything else is 0 with the reason."""
     if result.status != "exited":
         return RuleOutcome(FAIL_REWARD, result.status, result.reason)
-    lines = result.report.splitlines()
-    if not lines:
+    if not result.report:
         return RuleOutcome(FAIL_REWARD, "error", f"verifier gave no verdict ({result.reason})")
+    lines = result.report.splitlines()
     if len(lines) > 1:
         return RuleOutcome(FAIL_REWARD, "error", f"{len(lines)} verdict lines where one is expected")
-    kind, _, reason = lines[0].decode("utf-8", "replace").partition(" ")
+    frame, _, verdict = lines[0].partition(b" ")
+    if frame != nonce or not result.report.endswith(b"\n"):
+        return RuleOutcome(FAIL_REWARD, "error", f"verdict without this run's frame: {lines[0][:80]!r}")
+    kind, _, reason = verdict.decode("utf-8", "replace").partition(" ")
     if kind == "pass" and result.exit_code == 0:
         return RuleOutcome(PASS_REWARD, "pass", reason)
     if kind in ("fail", "error"):
         return RuleOutcome(FAIL_REWARD, kind, reason)
-    return RuleOutcome(FAIL_REWARD, "error", f"malformed verdict {lines[0][:80]!r} ({result.reason})")
+    return RuleOutcome(FAIL_REWARD, "error", f"malformed verdict {verdict[:80]!r} ({result.reason})")

@@ -1,29 +1,33 @@
-"""Run untrusted Python in a sandbox: separate process, namespaces, resource limits (issue 11).
+"""Run untrusted Python in a sandbox: separate process, namespaces, resource limits (issues 11, 20).
 
 Verifier code comes with the data. `run_sandboxed` runs a Python program (trusted or not) with
 text inputs and returns how it ended, never raising for anything the program does:
 
-- isolation (built by `sandbox_child.py`, see its docstring for the steps): new mount, network,
-  PID, IPC and UTS namespaces; no network at all (a fresh network namespace has only a loopback,
-  down); every mount read-only but a fresh tmpfs on /tmp, the scratch (`/tmp/work`: cwd and
-  HOME); /var/tmp, /run and /dev/shm empty; a /proc that shows only the sandbox's processes; a uid
-  of its own, drawn per run, with no groups, no capabilities and no new privileges; an
-  environment of HOME and TMPDIR only; `python -I -S` (no site, no user paths, no PYTHON*
-  variables);
-- limits: wall time (here: the whole sandbox is killed), CPU seconds, address space, processes per
-  uid, scratch size (`SandboxConfig`);
-- where the kernel refuses a namespace (no root, a container without CAP_SYS_ADMIN, a namespace
-  limit) nothing runs and the result says `refused` with the kernel's error.
+- isolation (built by `sandbox_child.py`, see its docstring for the steps), as root or as any
+  user: a user namespace holding new mount, network, PID, IPC and UTS namespaces; no network at
+  all (a fresh network namespace has only a loopback, down); a root of its own that holds only the
+  interpreter and its libraries, read-only, and the scratch (a fresh tmpfs on /tmp; `/tmp/work`:
+  cwd and HOME): nothing of the workspace, the project, /proc or the host's sockets; a uid of its
+  own (as root: two per run, allocated from the launcher's pid, never shared by two live runs),
+  no capabilities and no new privileges; a seccomp filter that refuses the memory no resource
+  limit counts (memfd, SysV IPC), the calls that reach into another process, and the kernel
+  keyrings; an environment of HOME and TMPDIR only; `python -I -S` (no site, no user paths, no
+  PYTHON* variables);
+- limits: wall time (here: the whole sandbox is killed), CPU seconds, address space, processes,
+  scratch size (`SandboxConfig`);
+- where the kernel refuses a namespace (user namespaces disabled, a container's seccomp policy, a
+  namespace limit) nothing runs and the result says `refused` with the kernel's error.
 
 Inputs travel through stdin to the sandbox's own side and become files under /tmp/input: never
-argv or the environment. The program reports on fd 3 (`report`), a pipe apart from its stdout and
-stderr (`output`, kept only for diagnosis): nothing it prints can pass for a report. It can read
-what any unprivileged user may read on the host, write only its scratch, and reach no network.
+argv or the environment; the job's `stdin` bytes reach the program on its stdin (the rule reward's
+per-run nonce travels so). The program reports on fd 3 (`report`), a pipe apart from its stdout and
+stderr (`output`, kept only for diagnosis): nothing it prints can pass for a report. The host reads
+each pipe up to its cap and then closes it, so a flood costs the host nothing past the cap (the
+program's next write fails with EPIPE).
 """
 
 import marshal
 import os
-import random
 import selectors
 import signal
 import subprocess
@@ -39,13 +43,14 @@ from typing import Literal
 from pipeline.config.sandbox import SandboxConfig
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
-# Each run's own uid and gid, so RLIMIT_NPROC (counted per real uid) counts that run's processes
-# alone and two sandboxes share nothing. Above systemd's container range (524288-1879048191) and
-# below 2^31, where no account or file belongs.
+# Where the host's root allocates each run's two uids (and gids): base + 2 x the launcher's pid and
+# the next (pids stay below 2^22), so two live runs never share one. Above systemd's container
+# range (524288-1879048191) and below 2^31, where no account or file belongs.
 UID_RANGE = (2_000_000_000, 2_000_000_000 + 2**24)
+STDIN_BYTES = 4096  # a job's stdin is written whole into a pipe before the program starts
 REPORT_BYTES = 64 * 1024  # a program's report beyond this is cut (a verdict is a short JSON line)
 OUTPUT_BYTES = 4 * 1024  # stdout + stderr kept for diagnosis; the rest is read and dropped
-KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close
+KILL_GRACE_S = 2.0  # after the timeout's SIGTERM, how long to wait for the launcher before SIGKILL
 
 Status = Literal["exited", "signalled", "timeout", "refused", "setup_failed"]
 
@@ -74,6 +79,7 @@ class SandboxJob:
     program: str  # Python source, run as `python -I -S -B /tmp/program.py /tmp/input` in /tmp/work
     inputs: dict[str, str]  # file name -> text, readable (not writable) under /tmp/input, UTF-8
     # with `surrogatepass`
+    stdin: bytes = b""  # the program's stdin, then EOF (at most STDIN_BYTES)
 
 
 def _interpreter() -> tuple[str, str]:
@@ -90,10 +96,13 @@ def run_sandboxed(job: SandboxJob, config: SandboxConfig) -> SandboxResult:
     for name in job.inputs:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"sandbox input name {name!r}: expected a plain file name")
+    if len(job.stdin) > STDIN_BYTES:
+        raise ValueError(f"sandbox stdin of {len(job.stdin)} bytes: at most {STDIN_BYTES}")
     executable, prefix = _interpreter()
     started = time.monotonic()
     request = {
-        "uid": random.randrange(*UID_RANGE),
+        "uid_base": UID_RANGE[0],
+        "stdin": job.stdin,
         "prefix": prefix,
         "executable": executable,
         "program": job.program,
@@ -137,6 +146,7 @@ def _launch(request: bytes, wall_timeout_s: float) -> _Streams:
     finally:
         for fd in (report_w, status_w, output_w):
             os.close(fd)
+    closed: set[int] = set()
     try:
         try:
             process.stdin.write(request)
@@ -144,14 +154,22 @@ def _launch(request: bytes, wall_timeout_s: float) -> _Streams:
         except BrokenPipeError:  # the launcher died before reading: its status says why
             pass
         limits = {report_r: REPORT_BYTES, status_r: REPORT_BYTES, output_r: OUTPUT_BYTES}
-        kept, timed_out = _collect(process, limits, wall_timeout_s)
+        kept, timed_out = _collect(process, limits, wall_timeout_s, closed)
         return _Streams(kept[report_r], kept[output_r], kept[status_r], timed_out)
     finally:
-        for fd in (report_r, status_r, output_r):
+        for fd in {report_r, status_r, output_r} - closed:
             os.close(fd)
         if process.poll() is None:
             _kill(process)
         process.wait()
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Ask the launcher to kill the namespace and reap its PID 1 (then it exits)."""
+    try:
+        process.send_signal(signal.SIGTERM)
+    except ProcessLookupError:
+        pass
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -161,10 +179,13 @@ def _kill(process: subprocess.Popen) -> None:
         pass
 
 
-def _collect(process: subprocess.Popen, limits: dict[int, int], wall_timeout_s: float) -> tuple[dict[int, bytes], bool]:
-    """Read every pipe to its end, keeping at most its limit (the rest is read and dropped, so a
-    verifier printing without end never blocks), or until the wall timeout kills the sandbox.
-    Returns what was kept per pipe and whether the timeout struck."""
+def _collect(
+    process: subprocess.Popen, limits: dict[int, int], wall_timeout_s: float, closed: set[int]
+) -> tuple[dict[int, bytes], bool]:
+    """Read every pipe to its end or to its limit, where it is closed (issue 20: reading and
+    dropping a flood cost the host 4-5 CPU-seconds a sample; closed, the writer gets EPIPE), or
+    until the wall timeout kills the sandbox. Returns what was kept per pipe and whether the
+    timeout struck. The caller closes the pipes this did not."""
     kept = {fd: bytearray() for fd in limits}
     deadline = time.monotonic() + wall_timeout_s
     timed_out = False
@@ -177,17 +198,17 @@ def _collect(process: subprocess.Popen, limits: dict[int, int], wall_timeout_s: 
                 if timed_out:  # the pipes outlived the kill's grace: stop reading
                     break
                 timed_out = True
-                _kill(process)
+                _stop(process)
                 deadline = time.monotonic() + KILL_GRACE_S
                 continue
             for key, _ in selector.select(remaining):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fd)
-                    continue
                 room = limits[key.fd] - len(kept[key.fd])
-                if room > 0:
-                    kept[key.fd] += chunk[:room]
+                chunk = os.read(key.fd, min(room, 65536))
+                kept[key.fd] += chunk
+                if not chunk or len(kept[key.fd]) >= limits[key.fd]:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    closed.add(key.fd)
     return {fd: bytes(data) for fd, data in kept.items()}, timed_out
 
 

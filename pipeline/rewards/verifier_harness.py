@@ -2,12 +2,16 @@
 
 Not imported by the project: `pipeline.rewards.rule` sends this file's text to the sandbox, which
 runs it as `python -I -S -B program.py INPUT_DIR` with INPUT_DIR holding `verifier.py` and
-`prediction.txt`. The verdict is one line on fd 3, written only by this process (a child the
-verifier forks never writes one), then the process ends at once (`os._exit`: no atexit hook or
-buffered output of the verifier's runs after it):
+`prediction.txt`, and this run's nonce on stdin. The verdict is one framed line on fd 3, written
+only by this process (a child the verifier forks never writes one; a program it starts holds
+neither fd 3 nor the nonce, which is read here before the verifier loads and never reaches a
+file), then the process ends at once (`os._exit`: no atexit hook or buffered output of the
+verifier's runs after it):
 
-    pass|fail|error <reason on one line>
+    NONCE pass|fail|error <reason on one line>
 
+The host accepts exactly that line and nothing else on fd 3: a stray `pass ` written before it
+(issue 20: it merged with the harness's `fail` line into one read as a pass) spoils the frame.
 (No JSON: importing `json` costs every run an import of `re`.)
 
 `pass` only when `verify` returns exactly `True`; a truthy non-bool is an error, not a pass.
@@ -21,7 +25,7 @@ VERDICT_FD = 3
 
 def report(verdict: str, reason: str) -> None:
     if os.getpid() == HARNESS_PID:
-        line = f"{verdict} {' '.join(reason.split())}\n"
+        line = f"{NONCE} {verdict} {' '.join(reason.split())}\n"
         os.write(VERDICT_FD, line.encode("utf-8", "replace"))
     os._exit(0)
 
@@ -54,5 +58,17 @@ def main() -> None:
     report("pass" if result else "fail", "verify returned True" if result else "verify returned False")
 
 
+def read_nonce() -> str:
+    """The nonce from stdin, which is then /dev/null for the verifier and what it starts."""
+    chunks = []
+    while chunk := os.read(0, 4096):
+        chunks.append(chunk)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return b"".join(chunks).decode("ascii")
+
+
 HARNESS_PID = os.getpid()
+NONCE = read_nonce()
 main()

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from pipeline.config.workspace import make_private, make_private_file
 from pipeline.errors import UserFixableError
 from pipeline.store.migrations import MIGRATIONS
 
@@ -46,12 +47,15 @@ class Store:
         if self.read_only and not self.path.is_file():
             raise UserFixableError(f"no store at {self.path}: run `simulacra ingest` first (or check `workspace.path`)")
         if not self.read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private(self.path.parent)  # the workspace (config/workspace.py)
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=self.read_only)
+                connection = duckdb.connect(str(self.path), read_only=self.read_only)
+                if not self.read_only:
+                    make_private_file(self.path)
+                return connection
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc) or time.monotonic() > deadline:
                     if _is_lock_error(exc):
