@@ -244,11 +244,13 @@ def evaluate(
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
     _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100 ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "score", "format", "factuality", "consistency", "realism", "quality"))
-    _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "semantic_match",
+                ("model", "domain", "queries", "score", "score_unseen", "seen", "parse_rate", "format", "factuality",
+                 "consistency", "realism", "quality"))
+    _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match",
                                                    "rouge_l", "exact_match", "json_valid"))
     correlated = result.tables["evaluate-correlations"]
-    _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (every row above pooled)", tuple(correlated[0]))
+    _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
+                "valid judgement, every model pooled)", tuple(correlated[0]))
     _report(result)
     console.print(f"plot and report: {result.output_path}", highlight=False)
 

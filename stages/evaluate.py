@@ -4,30 +4,33 @@ Read top to bottom, `run` does:
 1. the eval set: the eval pool's target turns (the split's first, last and up to three middle turns
    per trajectory), or the turns of `--data` files, which are ingested, filtered and split into an
    eval pool of a scratch store of their own (`runs/evaluate/data/<digest>`), never the workspace's;
-   a seeded choice under `evaluate.max_queries`, each with its kept history (SFT's queries). Its
-   fingerprint hashes the queries' content, how they are asked (backend, history, sampling, lengths) and how
-   they are measured (the code);
+   a seeded choice under `evaluate.max_queries`, each with its kept history (SFT's queries), and which
+   of them are seen in training (their (action, observation) a kept turn of the workspace's cpt, sft or
+   rl pool; pipeline/evaluation/contamination.py). Its fingerprint hashes the queries' content, how they
+   are asked (backend, history, sampling, lengths), how they are measured (the code) and the training pools;
 2. the models: by default the base model and the newest registered checkpoint of each training stage
    (cpt, sft, rl), or the folders given by `--checkpoint`; then the retrieval baseline (SFT's
-   nearest-neighbour generator over the cpt pool). Each is asked in the format of the stage that made
-   it (pipeline/evaluation/prompting.py);
+   nearest-neighbour generator over the cpt pool). Each is asked and teacher-forced in the format of the
+   stage that trained it (pipeline/evaluation/prompting.py: CPT's template, SFT template 0, RL's template);
 3. per model, unless an evaluation with the same checkpoint, eval-set and judge fingerprints has
    completed (then it is reused, not recomputed): every prediction through the LLM client (local
    transformers or an OpenAI-compatible endpoint; each answer cached as it arrives), then, a batch of
    `evaluate.batch_queries` at a time, the judge's scores, the judge-free metrics and the
    teacher-forced cross-entropy, committed as rows of `eval_predictions`; a rerun after a kill
    computes only the missing rows. Then the per-domain aggregates (`eval_results`);
-4. the table (every model side by side, per domain and overall), the rank correlations between the
-   judge's score and each judge-free metric per domain (over every row of the table), a PNG, and
-   `report.json`, under `runs/evaluate/<digest of the evaluations>`.
+4. the table (every model side by side, per domain and overall; the score also without the targets
+   seen in training), the rank correlations between the judge's score and each judge-free metric per
+   domain (over the judged rows: parsed answers with a valid judgement), a PNG, and `report.json`,
+   under `runs/evaluate/<digest of the evaluations>`.
 
-Scoring. The judge's 1-5 scores map onto AgentWorldBench's 0-100 as (raw - 1) / 4 x 100, per
-criterion and for their mean. A prediction that does not parse (a thinking model that did not close
-its `<think>` block) has no observation: it scores the scale's minimum, 1 on every criterion, and 0
-on every judge-free metric, without being sent to the judge. A generation that failed after its
-retries is an endpoint failure, not the model's: it is counted and left out of every mean (and too
-many fail the stage, `predictor.max_failed_fraction`). An invalid judge answer is counted and left out
-of the judge's means (it is the judge's failure, not the model's).
+Scoring, one rule for every model (issue 17, item 10). The judge's 1-5 scores map onto
+AgentWorldBench's 0-100 as (raw - 1) / 4 x 100, per criterion and for their mean. The judge and the
+judge-free metrics score the observation an answer yields; a thinking answer that does not parse (no
+closed `<think>` block) yields none, and is scored as the empty observation, just as a non-thinking
+answer of whitespace is: the format is not a floor inside the score, it is the `parse_rate` column.
+A generation that failed after its retries is an endpoint failure, not the model's: it is counted and
+left out of every mean (and too many fail the stage, `predictor.max_failed_fraction`). An invalid judge
+answer is counted and left out of the judge's means (it is the judge's failure, not the model's).
 """
 
 import hashlib
@@ -39,11 +42,12 @@ from typing import Any
 
 from pipeline.config.evaluate import CHECKPOINT_PLACEHOLDER
 from pipeline.evaluation.metrics import RougeL, agentworldbench_sql, exact_match, json_validity, semantic_match, spearman
+from pipeline.evaluation.contamination import TRAINING_POOLS, seen_in_training
 from pipeline.evaluation.prompting import (
+    NON_THINKING,
     RETRIEVAL,
     STAGE_FORMATS,
     THINKING,
-    NON_THINKING,
     answer_prefix,
     extract_observation,
     query_messages,
@@ -84,6 +88,7 @@ class EvalSet:
     name: str
     queries: list[Query]
     fingerprint: str
+    seen: frozenset[str]  # query ids whose (action, observation) is a kept turn of a training pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +120,15 @@ def _query_digest(query: Query) -> str:
     return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
 
 
-def _eval_set_fingerprint(config, queries: list[Query]) -> str:
+def _eval_set_fingerprint(config, store, queries: list[Query]) -> str:
+    """The queries' content, how they are asked, how they are measured; and the training pools, which
+    decide which targets count as seen in training."""
     evaluate = config.evaluate
     predictor = evaluate.predictor
     asked = (predictor.backend, predictor.temperature, predictor.top_p, predictor.max_tokens, predictor.seed,
              evaluate.max_history_chars)
-    measured = (evaluate.teacher_forcing, evaluate.max_length, evaluate.semantic_match_threshold, code_version(STAGE))
+    measured = (evaluate.teacher_forcing, evaluate.max_length, evaluate.semantic_match_threshold, code_version(STAGE),
+                pools_fingerprint(store, TRAINING_POOLS))
     return digest("eval-set", [_query_digest(q) for q in queries], asked, measured)
 
 
@@ -169,7 +177,10 @@ def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path
     if not queries:
         where = f"the files {', '.join(data)}" if data else "the eval pool (run `simulacra split`, with an eval share)"
         raise EvaluationInputError(f"no target turns to evaluate in {where}")
-    return EvalSet(f"{name}, {len(queries)} target turns", queries, _eval_set_fingerprint(config, queries)), snapshot
+    seen = seen_in_training(store, queries)
+    eval_set = EvalSet(f"{name}, {len(queries)} target turns ({len(seen)} seen in training)", queries,
+                       _eval_set_fingerprint(config, store, queries), seen)
+    return eval_set, snapshot
 
 
 # -- 2. the models --------------------------------------------------------------------------------
@@ -301,39 +312,39 @@ class Scorer:
         self.threshold = evaluate.semantic_match_threshold
 
     def rows(self, queries: list[Query], predictions: list[Prediction]) -> list[dict[str, Any]]:
+        """One rule for every model (issue 17, item 10): the judge and the metrics score the observation an
+        answer yields, and an answer that yields none (a thinking answer without a closed `<think>`
+        block) yields the empty observation, scored as one, as a non-thinking answer of whitespace is.
+        How often a model's answers parse is the table's `parse_rate`, not a floor inside its score."""
         from pipeline.sft.judging import PointwiseItem
 
-        parsed = [i for i, p in enumerate(predictions) if p.status == "ok"]
-        verdicts = dict(zip(parsed, self.judge.pointwise([PointwiseItem(queries[i], predictions[i].observation) for i in parsed])))
+        answered = {i: p.observation or "" for i, p in enumerate(predictions) if p.status != "generation_failed"}
+        verdicts = dict(zip(answered, self.judge.pointwise([PointwiseItem(queries[i], text) for i, text in answered.items()])))
         if self.kind == "semantic":  # the similarity judge's score is 1 + 4 x the similarity: not computed twice
-            similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in parsed}
+            similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in answered}
         else:
-            similarities = dict(zip(parsed, (s.value for s in self.similarity.similarities(
-                [(predictions[i].observation, queries[i].reference) for i in parsed]))))
+            similarities = dict(zip(answered, (s.value for s in self.similarity.similarities(
+                [(text, queries[i].reference) for i, text in answered.items()]))))
         rows = []
         for i, (query, prediction) in enumerate(zip(queries, predictions)):
             row: dict[str, Any] = {"prediction": prediction.observation, "parse_status": prediction.status, "error": prediction.error}
-            if prediction.status == "ok":
-                verdict = verdicts[i]
+            if i in answered:  # a failed generation is the endpoint's failure: no scores, out of every mean
+                text, verdict = answered[i], verdicts[i]
                 row.update({name: (verdict.criteria or {}).get(name) for name in CRITERIA})
                 row.update(judge_raw=verdict.score if verdict.valid else None, judge_valid=verdict.valid,
                            judge_invalid_reason=verdict.invalid_reason, similarity=similarities[i],
                            semantic_match=semantic_match(similarities[i], self.threshold),
-                           rouge_l=self.rouge(prediction.observation, query.reference),
-                           exact_match=exact_match(prediction.observation, query.reference),
-                           json_valid=json_validity(prediction.observation, query.reference))
-            elif prediction.status != "generation_failed":  # unparsed: no observation, the scale's minimum
-                lowest = 1.0 if self.kind == "llm" else None
-                row.update({name: lowest for name in CRITERIA})
-                row.update(judge_raw=1.0, judge_valid=None, judge_invalid_reason=None, similarity=0.0,
-                           semantic_match=False, rouge_l=0.0, exact_match=False,
-                           json_valid=False if json_validity("", query.reference) is not None else None)
+                           rouge_l=self.rouge(text, query.reference),
+                           exact_match=exact_match(text, query.reference),
+                           json_valid=json_validity(text, query.reference))
             rows.append(row)
         return rows
 
 
 ROW_COLUMNS = ("prediction", "parse_status", "error", *CRITERIA, "judge_raw", "judge_valid", "judge_invalid_reason",
                "similarity", "semantic_match", "rouge_l", "exact_match", "json_valid")
+PREDICTION_COLUMNS = ("evaluation_id", "query_id", "trajectory_id", "turn_index", "domain", *ROW_COLUMNS,
+                      "ce_sum", "ce_tokens", "created_at", "seen_in_training")
 
 
 def _done_queries(store, evaluation_id: str) -> set[str]:
@@ -355,11 +366,11 @@ def _cross_entropies(forcing, model: EvaluatedModel, queries: list[Query], predi
         return [None] * len(queries)
     from pipeline.evaluation.cross_entropy import teacher_forced_sequence
 
-    sequences = [
-        teacher_forced_sequence(forcing.builder, system_prompt(query, model.prompt_format), query,
-                                answer_prefix(model.prompt_format, prediction.thinking))
-        for query, prediction in zip(queries, predictions)
-    ]
+    sequences = []
+    for query, prediction in zip(queries, predictions):
+        prefix = answer_prefix(model.prompt_format, prediction.thinking)
+        sequences.append(None if prefix is None else
+                         teacher_forced_sequence(forcing.builder, system_prompt(query, model.prompt_format), query, prefix))
     return forcing.losses(sequences)
 
 
@@ -374,18 +385,22 @@ def _register(store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, e
 
 
 def _aggregate(store, evaluation_id: str) -> None:
-    criteria = ", ".join(f"avg({agentworldbench_sql(name)}) AS {name}" for name in CRITERIA)
+    criteria = ", ".join(f"avg({agentworldbench_sql(name)})" for name in CRITERIA)
     with store.transaction() as tx:
         tx.execute("DELETE FROM eval_results WHERE evaluation_id = ?", [evaluation_id])
         tx.execute(
-            f"""INSERT INTO eval_results
+            f"""INSERT INTO eval_results (evaluation_id, domain, queries, judged, score, {', '.join(CRITERIA)}, unparsed, failed,
+                       judge_invalid, observation_ce, perplexity, semantic_match, rouge_l, exact_match, json_valid,
+                       json_references, parsed, ce_rows, seen, score_unseen)
                 SELECT ?, coalesce(domain, 'all'), count(*), count(judge_raw), avg({agentworldbench_sql('judge_raw')}), {criteria},
                        count(*) FILTER (WHERE parse_status NOT IN ('ok', 'generation_failed')),
                        count(*) FILTER (WHERE parse_status = 'generation_failed'),
                        count(*) FILTER (WHERE NOT judge_valid),
                        sum(ce_sum) / nullif(sum(ce_tokens), 0), exp(sum(ce_sum) / nullif(sum(ce_tokens), 0)),
                        avg(semantic_match::INTEGER), avg(rouge_l), avg(exact_match::INTEGER), avg(json_valid::INTEGER),
-                       count(json_valid)
+                       count(json_valid), count(*) FILTER (WHERE parse_status = 'ok'), count(ce_tokens),
+                       count(*) FILTER (WHERE seen_in_training),
+                       avg({agentworldbench_sql('judge_raw')}) FILTER (WHERE NOT seen_in_training)
                 FROM eval_predictions WHERE evaluation_id = ? GROUP BY ROLLUP (domain)""",
             [evaluation_id, evaluation_id],
         )
@@ -415,11 +430,13 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
                 now = datetime.now()
                 values = [
                     [evaluation_id, query.query_id, query.trajectory_id, query.turn_index, query.domain,
-                     *(row.get(column) for column in ROW_COLUMNS), *(loss if loss else (None, None)), now]
+                     *(row.get(column) for column in ROW_COLUMNS), *(loss if loss else (None, None)), now,
+                     query.query_id in eval_set.seen]
                     for query, row, loss in zip(queries, rows, losses)
                 ]
                 with store.transaction() as tx:
-                    tx.executemany(f"INSERT INTO eval_predictions VALUES ({', '.join('?' * len(values[0]))})", values)
+                    tx.executemany(f"INSERT INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
+                                   f"VALUES ({', '.join('?' * len(PREDICTION_COLUMNS))})", values)
                 advance(len(queries))
                 # `orchestration.fail_stage: evaluate` fails once, after the first batch is committed.
                 maybe_fail(config, STAGE, f"after {start + len(queries)} rows of {model.model}")
@@ -430,12 +447,15 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
 # -- 4. the table ---------------------------------------------------------------------------------
 def correlations(store, evaluation_ids: list[str]) -> list[dict[str, Any]]:
     """Spearman's rho between the judge's score and each judge-free metric, per domain and over all
-    domains, over every judged row of the given evaluations (all models pooled: the spread between a
-    weak and a strong model is what a judge must rank)."""
+    domains, over the judged rows of the given evaluations: answers that parsed in their model's
+    format and got a valid judgement (`rows` counts them). An unparsed answer is scored as the empty
+    observation, the same text for every model, so pooling those rows would rank the parse rate, not
+    the judge (issue 17, item 12: CE's rho was +0.28 with them, -0.20 without). All models are pooled:
+    the spread between a weak and a strong model is what a judge must rank."""
     metrics = ", ".join(f"{expression} AS {name}" for name, expression in CORRELATED)
     rows = store.rows(
         f"SELECT domain, judge_raw, {metrics} FROM eval_predictions "
-        "WHERE evaluation_id IN (SELECT unnest(?::VARCHAR[])) AND judge_raw IS NOT NULL",
+        "WHERE evaluation_id IN (SELECT unnest(?::VARCHAR[])) AND judge_raw IS NOT NULL AND parse_status = 'ok'",
         [evaluation_ids],
     )
     result = []

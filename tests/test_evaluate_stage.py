@@ -93,24 +93,52 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
         table = result.tables["evaluate-table"]
         card = evaluation_rows(store, "cpt-test")
         markdown = markdown_table(card)
+        by_seen = store.rows(
+            "SELECT e.model, count(*) FILTER (WHERE p.seen_in_training) AS seen, "
+            "avg((p.judge_raw - 1) / 4 * 100) FILTER (WHERE NOT p.seen_in_training) AS unseen "
+            "FROM eval_predictions p JOIN evaluations e USING (evaluation_id) GROUP BY 1")
 
     assert len(first_batch) == 4 and set(first_batch) <= set(rows)  # committed rows kept as they were
     assert Counter(row[0] for row in rows) == {model: 6 for model in MODELS}
     assert again.metrics["reused"] == 4 and unchanged == rows
     overall = {row["model"]: row for row in table if row["domain"] == "all"}
     assert set(overall) == MODELS and all(row["queries"] == 6 for row in overall.values())
-    # The tiny random model never writes a <think> block: every thinking-format answer is unparsed and
-    # scores the scale's minimum, without the judge.
-    assert overall["sft"]["score"] == 0.0 and {row[2] for row in rows if row[0] == "sft"} == {"missing_think"}
-    for model in ("base", "cpt", "sft"):
+    # The tiny random model never writes a <think> block: every thinking-format answer is unparsed, scored
+    # as the empty observation by the same judge (not a floor), and has no trained context for teacher forcing.
+    assert {row[2] for row in rows if row[0] == "sft"} == {"missing_think"} and overall["sft"]["parse_rate"] == 0.0
+    assert overall["sft"]["score"] > 0 and overall["sft"]["observation_ce"] is None and overall["sft"]["ce_rows"] == 0
+    for model in ("base", "cpt"):
+        assert overall[model]["parse_rate"] == 1.0  # a query too long for max_length has no CE: counted apart
+        assert overall[model]["ce_rows"] == sum(1 for row in rows if row[0] == model and row[4] is not None) > 0
         assert overall[model]["observation_ce"] > 0
         assert overall[model]["perplexity"] == pytest.approx(2.718281828 ** overall[model]["observation_ce"])
+    for entry in by_seen:  # the score without the targets seen in training, beside the score over all of them
+        assert overall[entry["model"]]["seen"] == entry["seen"]
+        assert overall[entry["model"]]["score_unseen"] == pytest.approx(entry["unseen"])
     assert overall["retrieval baseline"]["observation_ce"] is None  # not a language model
     assert 0 <= overall["retrieval baseline"]["score"] <= 100 and overall["base"]["format"] is None  # no criteria
     assert {row["model"] for row in card} == MODELS and "similarity judge" in markdown
     assert result.images["evaluate-scores"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     correlations = result.tables["evaluate-correlations"]
-    assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 24
+    # Over the judged rows only: the sft answers did not parse (issue 17, item 12).
+    assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 18
+
+
+def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
+    """A target whose (action, observation) is a kept turn of a training pool is seen in training; the same
+    action with another observation is not (issue 17, item 15)."""
+    from pipeline.evaluation.contamination import seen_in_training
+    from pipeline.sft.queries import Query
+    from pipeline.store.schema import SystemPrompt
+
+    config = _config(prepared, fail=False)
+    with Store(config.workspace.database_path) as store:
+        action, observation = store.execute(
+            "SELECT k.action, k.observation FROM kept_turns k JOIN splits s USING (trajectory_id) WHERE s.pool = 'cpt' "
+            "ORDER BY 1, 2 LIMIT 1").fetchone()
+        queries = [Query("e1", 1, "terminal", SystemPrompt(), (), action, observation, 0),
+                   Query("e2", 1, "terminal", SystemPrompt(), (), action, observation + " (changed)", 0)]
+        assert seen_in_training(store, queries) == {"e1:1"}
 
 
 def test_data_files_are_evaluated_without_joining_the_store(prepared):

@@ -349,4 +349,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
         ],
     ),
+    (
+        9,
+        "evaluation: parse rate, trained-format cross-entropy, targets seen in training",
+        [
+            # Issue 17: whether a target's (action, observation) pair is a kept turn of a training pool
+            # (the split's overlap rule), so the table reports scores with and without such targets.
+            "ALTER TABLE eval_predictions ADD COLUMN seen_in_training BOOLEAN",
+            # Answers that parsed in the model's format (the parse rate's numerator), rows with a
+            # cross-entropy (a thinking model's unparsed answers have none), and the score without the
+            # targets seen in training.
+            "ALTER TABLE eval_results ADD COLUMN parsed INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN ce_rows INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN seen INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN score_unseen DOUBLE",
+        ],
+    ),
 ]
