@@ -5,7 +5,9 @@ and the LLM judge.
 - A run that fails after its first committed batch, then a rerun: the committed rows are not
   recomputed (same rows, same timestamps), every model ends with one row per query, and a third run
   reuses every evaluation (same checkpoint, eval set and judge fingerprints).
-- `--data` evaluates external files without adding them to the workspace's store.
+- `--data` reads AgentWorldBench rows as the benchmark defines them (their turn, their system prompt,
+  the whole history; empty generations counted and left out; the macro mean beside the weighted one),
+  without adding them to the workspace's store.
 - The LLM judge's five criteria map onto 0-100; an invalid judge answer is counted and left out; the
   served checkpoints are asked under their folder's name; a failed run and its rerun ask the server
   nothing twice.
@@ -30,6 +32,7 @@ from stages import ingest, score, split
 from tests.openai_server import OpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
+MARKER = "**Environment Observation:**"
 MODELS = {"base", "cpt", "sft", "retrieval baseline"}
 
 pytestmark = pytest.mark.slow
@@ -141,19 +144,61 @@ def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
         assert seen_in_training(store, queries) == {"e1:1"}
 
 
-def test_data_files_are_evaluated_without_joining_the_store(prepared):
-    from stages import evaluate
+def benchmark_answer(request: dict) -> str:
+    """A served world model: nothing for `mkdir x`, the real listing (with the benchmark's marker) for `ls`,
+    a wrong error for `cat a`, an empty JSON object for the tool call."""
+    action = request["messages"][-1]["content"]
+    if "mkdir x" in action:
+        return ""
+    if "\nls\n" in action:
+        return f"{MARKER}\nx\n"
+    return "{}" if "get_weather" in action else "cat: a: Permission denied"
 
-    root = _copy(prepared, "external")
-    config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None)
-    game = sorted((REPO / "data/demo/text_games").iterdir())[0]
-    with Store(config.workspace.database_path) as store:
-        trajectories = store.scalar("SELECT count(*) FROM trajectories")
-        result = evaluate.run(config, store, checkpoints=[str(root / "base-model")], data=[str(game)])
-        assert store.scalar("SELECT count(*) FROM trajectories") == trajectories
-        domains = {row[0] for row in store.execute("SELECT DISTINCT domain FROM eval_predictions").fetchall()}
-    assert str(game) in result.metrics["eval_set"] and domains == {"text-game"}
-    assert [row["model"] for row in result.tables["evaluate-table"] if row["domain"] == "all"] == ["base"]
+
+def test_benchmark_rows_are_scored_as_the_benchmark_defines_them(prepared):
+    """AgentWorldBench rows (their schema, written here): each row's own turn, its own system prompt and its
+    whole history reach the model; the empty generation is counted and left out; the marker is stripped
+    before scoring; the overall score is given sample-weighted and as the macro mean over domains; the
+    workspace's store gains no trajectory (issue 18)."""
+    from stages import evaluate
+    from tests.test_benchmark_reader import MARKER as marker, SYSTEM, awb_row
+
+    assert marker == MARKER
+    root = _copy(prepared, "benchmark")
+    bench = root / "AgentWorldBench"
+    bench.mkdir()
+    (bench / "terminal_test.jsonl").write_text("".join(json.dumps(awb_row(t)) + "\n" for t in (1, 2, 3)))
+    tool = {"task": "mcp", "id": 1, "prompt": ['### Turn 1\n**Action:**\n{"name": "get_weather"}'],
+            "response": [f"{MARKER}\n{{\"temp\": 3}}"], "current_prompt": "x", "system_str": SYSTEM, "turn_idx": 1, "total_turns": 1}
+    (bench / "mcp_test.jsonl").write_text(json.dumps(tool) + "\n")
+    with OpenAIServer(answer=benchmark_answer) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout_s": 30}
+        config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None, exclude_empty_generations=True,
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 64})
+        with Store(config.workspace.database_path) as store:
+            trajectories = store.scalar("SELECT count(*) FROM trajectories")
+            result = evaluate.run(config, store, checkpoints=["world-model"], data=[str(bench)])
+            assert store.scalar("SELECT count(*) FROM trajectories") == trajectories
+            rows = store.rows("SELECT domain, turn_index, parse_status, judge_raw, exact, history_left_out FROM eval_predictions "
+                              "ORDER BY domain, turn_index")
+        requests = [e.body for e in server.log]
+
+    assert all(r["messages"][0] == {"role": "system", "content": SYSTEM} for r in requests)  # the row's own prompt
+    assert sorted(len(r["messages"]) for r in requests) == [2, 2, 4, 6]  # the whole history, as user/assistant turns
+    assert all(r["temperature"] == 0.6 for r in requests)
+    assert [(r["domain"], r["turn_index"], r["parse_status"]) for r in rows] == [
+        ("mcp", 0, "ok"), ("terminal", 0, "empty_generation"), ("terminal", 1, "ok"), ("terminal", 2, "ok")]
+    assert rows[1]["judge_raw"] is None and rows[2]["exact"] is True and rows[3]["exact"] is False
+    assert all(r["history_left_out"] == 0 for r in rows)
+    metrics = result.metrics
+    assert (metrics["benchmark.records_read"], metrics["benchmark.items"], metrics["benchmark.records_failed"]) == (4, 4, 0)
+    table = {row["domain"]: row for row in result.tables["evaluate-table"]}
+    assert table["terminal"]["empty"] == 1 and table["terminal"]["judged"] == 2 and table["all"]["judged"] == 3
+    assert table["terminal"]["exact"] == pytest.approx(0.5)  # the marker stripped from both sides
+    judged = [(r["judge_raw"] - 1) / 4 * 100 for r in rows if r["judge_raw"] is not None]
+    assert table["all"]["score"] == pytest.approx(sum(judged) / 3)  # every scored row alike
+    assert table["all"]["score_macro"] == pytest.approx((table["terminal"]["score"] + table["mcp"]["score"]) / 2)
+    assert table["all"]["score_macro"] != pytest.approx(table["all"]["score"])
 
 
 def _digest(text: str) -> int:

@@ -39,9 +39,10 @@ def system_prompt(query: Query, prompt_format: str) -> str:
     return render_cpt_system_prompt(query.domain, query.system)
 
 
-def query_messages(query: Query, prompt_format: str) -> tuple[dict[str, str], ...]:
-    """System prompt, the kept history as user (action) / assistant (observation) turns, the action."""
-    messages = [{"role": "system", "content": system_prompt(query, prompt_format)}]
+def query_messages(query: Query, prompt_format: str, own_system: str | None = None) -> tuple[dict[str, str], ...]:
+    """System prompt (a benchmark item's own when it carries one, verbatim: the benchmark defines it), the
+    kept history as user (action) / assistant (observation) turns, the action."""
+    messages = [{"role": "system", "content": own_system if own_system is not None else system_prompt(query, prompt_format)}]
     for turn in query.history:
         messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
     messages.append({"role": "user", "content": query.action})

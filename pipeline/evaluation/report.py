@@ -16,11 +16,11 @@ from typing import Any
 EVAL_POOL = "eval pool"
 STAGE_RANK = {"base": 0, "cpt": 1, "sft": 2, "rl": 3, "external": 4, "baseline": 5}
 
-_SELECT = """SELECT e.model, e.stage, r.domain, r.queries, r.score, r.score_unseen, r.seen,
-       r.parsed / nullif(r.queries - r.failed, 0) AS parse_rate, r.format, r.factuality, r.consistency, r.realism,
-       r.quality, r.observation_ce, r.perplexity, r.ce_rows, r.semantic_match, r.rouge_l, r.exact_match, r.json_valid,
-       r.unparsed, r.failed, r.judge_invalid, e.judge, e.checkpoint_id, e.checkpoint_fingerprint, e.eval_set,
-       e.eval_set_fingerprint, e.judge_fingerprint
+_SELECT = """SELECT e.model, e.stage, r.domain, r.queries, r.judged, r.score, r.score_macro, r.domains, r.score_unseen,
+       r.seen, r.parsed / nullif(r.queries - r.failed - r.empty, 0) AS parse_rate, r.format, r.factuality,
+       r.consistency, r.realism, r.quality, r.observation_ce, r.perplexity, r.ce_rows, r.semantic_match, r.rouge_l,
+       r.exact_match, r.exact, r.line_agreement, r.json_valid, r.unparsed, r.failed, r.empty, r.judge_invalid,
+       e.judge, e.checkpoint_id, e.checkpoint_fingerprint, e.eval_set, e.eval_set_fingerprint, e.judge_fingerprint
     FROM evaluations e JOIN eval_results r USING (evaluation_id)
     WHERE e.completed"""
 
@@ -63,9 +63,10 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
-SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "score_unseen", "seen", "parse_rate", "format", "factuality",
-                   "consistency", "realism", "quality", "observation_ce", "perplexity", "ce_rows", "semantic_match",
-                   "rouge_l", "exact_match", "json_valid")
+SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty",
+                   "parse_rate", "format", "factuality", "consistency", "realism", "quality", "observation_ce",
+                   "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match", "exact", "line_agreement",
+                   "json_valid")
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMARY_COLUMNS) -> str:

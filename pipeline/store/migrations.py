@@ -365,4 +365,22 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE eval_results ADD COLUMN score_unseen DOUBLE",
         ],
     ),
+    (
+        10,
+        "evaluation: benchmark items, empty generations, strict agreement, macro mean",
+        [
+            # Issue 18: the history turns a benchmark item left out (0: the full history), the whole
+            # observation's exact agreement and the share of its lines in agreement, per row.
+            "ALTER TABLE eval_predictions ADD COLUMN history_left_out INTEGER",
+            "ALTER TABLE eval_predictions ADD COLUMN exact BOOLEAN",
+            "ALTER TABLE eval_predictions ADD COLUMN line_agreement DOUBLE",
+            # Empty generations (counted, left out of every mean), the two agreements per domain, and on
+            # the `all` row the macro mean over domains beside the sample-weighted `score`.
+            "ALTER TABLE eval_results ADD COLUMN empty INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN exact DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN line_agreement DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN score_macro DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN domains INTEGER",
+        ],
+    ),
 ]
