@@ -243,11 +243,12 @@ def evaluate(
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
-    _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100 ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "score", "score_unseen", "seen", "parse_rate", "format", "factuality",
-                 "consistency", "realism", "quality"))
+    _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
+                f"`score_macro` the mean over domains ({result.metrics['eval_set']})",
+                ("model", "domain", "queries", "judged", "empty", "score", "score_macro", "score_unseen", "seen", "parse_rate",
+                 "format", "factuality", "consistency", "realism", "quality"))
     _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match",
-                                                   "rouge_l", "exact_match", "json_valid"))
+                                                   "rouge_l", "exact_match", "exact", "line_agreement", "json_valid"))
     correlated = result.tables["evaluate-correlations"]
     _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
                 "valid judgement, every model pooled)", tuple(correlated[0]))

@@ -311,24 +311,38 @@ def _predict(config, store, model: EvaluatedModel, eval_set: EvalSet, queries: l
 
 
 class Scorer:
-    """The judge and the judge-free metrics, shared by every model of a run."""
+    """The judge and the judge-free metrics, shared by every model of a run.
+
+    `fingerprint` keys the evaluations (a changed prompt, rubric or sampling is another judge); `name`
+    is what every table and report shows (issue 18): the judge's model and its prompt with the digest
+    of the prompt and rubric files, since scores are comparable only under one named judge."""
 
     def __init__(self, config, store):
         from pipeline.rewards.semantic import SemanticScorer
         from pipeline.sft.generators import judge_label
         from pipeline.sft.judging import LLMJudge, SemanticJudge
+        from pipeline.sft.sampling import judge_files_digest
 
         evaluate = config.evaluate
         self.kind = evaluate.judge.kind
-        self.fingerprint = judge_label(evaluate.judge)
+        label = judge_label(evaluate.judge)
+        self.fingerprint, self.name = label, "semantic"
         self.client = None
         if self.kind == "semantic":
             self.judge = SemanticJudge()
         else:
+            from pipeline.evaluation.tagged_judge import TaggedJudge, prompts_digest
             from pipeline.llm.client import open_client
 
             self.client = open_client(evaluate.judge.endpoint, store, "evaluate.judge")
-            self.judge = LLMJudge(self.client, evaluate.judge.history_turns)
+            model = label.split("#")[0]
+            if evaluate.judge_prompt == "agentworldbench":
+                self.judge = TaggedJudge(self.client, evaluate.judge.history_turns)
+                self.fingerprint = f"{model}#{digest(label, 'agentworldbench', prompts_digest())}"
+                self.name = f"{model} prompt:agentworldbench@{prompts_digest()}"
+            else:
+                self.judge = LLMJudge(self.client, evaluate.judge.history_turns)
+                self.name = f"{model} prompt:rubric@{judge_files_digest()}"
             self.similarity = SemanticScorer()
         self.rouge = RougeL()
         self.threshold = evaluate.semantic_match_threshold
@@ -408,7 +422,7 @@ def _register(store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, e
         tx.execute(
             "INSERT OR IGNORE INTO evaluations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, now(), NULL)",
             [evaluation_id, model.checkpoint_id, model.model, model.stage, model.path, model.prompt_format,
-             model.fingerprint, eval_set.name, eval_set.fingerprint, scorer.fingerprint.split("#")[0], scorer.fingerprint,
+             model.fingerprint, eval_set.name, eval_set.fingerprint, scorer.name, scorer.fingerprint,
              len(eval_set.queries)],
         )
 
@@ -577,23 +591,25 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
     rows = table_rows(store, ids)
     correlated = correlations(store, ids)
     output_dir = config.workspace.runs_dir / STAGE / digest("report", sorted(ids))
-    plot = _plot(rows, scorer.fingerprint, output_dir / PLOT_FILE)
+    plot = _plot(rows, scorer.name, output_dir / PLOT_FILE)
     (output_dir / REPORT_FILE).write_text(json.dumps(
         {"eval_set": eval_set.name, "eval_set_fingerprint": eval_set.fingerprint, "benchmark": eval_set.counts,
-         "judge": scorer.fingerprint, "judge_name": judge_caption(scorer.fingerprint), "scores": SCORE_LABELS,
+         "judge": scorer.name, "judge_fingerprint": scorer.fingerprint, "judge_caption": judge_caption(scorer.name),
+         "scores": SCORE_LABELS,
          "evaluations": ids, "table": rows, "correlations": correlated,
          "correlations_over": "judged rows: answers that parsed in their model's format, with a valid judgement"},
         indent=2, default=str) + "\n")
     metrics = {
         "models": len(models), "reused": reused, "queries": len(eval_set.queries), "eval_set": eval_set.name,
-        "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.fingerprint, "report": str(output_dir / REPORT_FILE),
+        "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.name, "judge_fingerprint": scorer.fingerprint,
+        "report": str(output_dir / REPORT_FILE),
         **{f"score.{row['model']}": row["score"] for row in rows if row["domain"] == "all"},
         **{f"score_macro.{row['model']}": row["score_macro"] for row in rows if row["domain"] == "all"},
         **{f"benchmark.{name}": count for name, count in eval_set.counts.items()},
     }
     return StageResult(
         stage=STAGE, metrics=metrics, output_path=output_dir,
-        summary=_summary(rows, eval_set, scorer.fingerprint, reused, len(models)),
+        summary=_summary(rows, eval_set, scorer.name, reused, len(models)),
         tables={"evaluate-table": [{c: row[c] for c in SUMMARY_COLUMNS} for row in rows],
                 "evaluate-correlations": correlated},
         images={"evaluate-scores": plot},

@@ -244,6 +244,11 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
             )
         answered = [json.dumps(e.body, sort_keys=True) for e in server.log if e.outcome == "answered"]
 
+    from pipeline.sft.sampling import judge_files_digest
+
+    # The judge is named in the table and the report by its model and its prompt's digest (issue 18).
+    assert result.metrics["judge"] == f"llm:openai:judge-model prompt:rubric@{judge_files_digest()}"
+    assert json.loads(Path(result.metrics["report"]).read_text())["judge"] == result.metrics["judge"]
     assert len(server.log) == asked  # the third run reused everything
     assert not [body for body, n in Counter(answered).items() if n > 1]  # failed run + rerun: nothing asked twice
     served = {e.body["model"] for e in server.log if e.body["model"] != "judge-model"}

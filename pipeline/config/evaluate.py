@@ -1,6 +1,8 @@
 """Configuration of `simulacra evaluate` (issue 12; SPEC.md, "Evaluation"): which queries, how each model
 is asked, which judge scores the answers, and the judge-free metrics beside it."""
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from pipeline.config.base import Section
@@ -86,6 +88,13 @@ class EvaluateConfig(Section):
         description="Who scores each prediction against the real observation: `llm`, the five criteria (1-5) "
         "with the domain's rubric (as SFT's judge); `semantic` (default), the offline similarity judge mapped "
         "onto 1-5, which has no criteria and is labelled so in the table.",
+    )
+    judge_prompt: Literal["rubric", "agentworldbench"] = Field(
+        default="rubric",
+        description="With an `llm` judge: `rubric`, SFT's pointwise prompt with the domain's rubric, answered as a "
+        "JSON schema; `agentworldbench`, the per-domain prompt of data/prompts/eval_judge_tagged.md (the domain's "
+        "rubric classifies the content first), free reasoning, then the verdict as JSON inside <final_evaluation> "
+        "tags, as AgentWorldBench's judge answers. Scores are comparable only under one named judge and prompt.",
     )
     semantic_match_threshold: float = Field(
         default=0.5,

@@ -87,11 +87,12 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMAR
 
 
 def judge_name(judge: str) -> str:
-    """`similarity judge`, or `LLM judge <backend>:<model>`, from a judge's label."""
+    """`similarity judge`, or `LLM judge <backend>:<model> prompt:<prompt>@<digest>`, from a judge's name
+    (`evaluations.judge`; the digest is of its prompt and rubric files) or label."""
     return "similarity judge" if judge.startswith("semantic") else f"LLM judge {judge.split('#')[0].removeprefix('llm:')}"
 
 
 def judge_caption(judge: str) -> str:
     if judge.startswith("semantic"):
         return f"{judge_name(judge)} (MiniLM cosine, ROUGE-L for JSON) mapped onto the 1-5 scale, not a five-criteria judge"
-    return f"{judge_name(judge)}, five criteria with the domain's rubric"
+    return f"{judge_name(judge)}, five criteria with the domain's rubric; scores compare only under this judge and prompt"
