@@ -161,13 +161,15 @@ def _export_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
 
 def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
+    from pipeline.evaluation.tagged_judge import prompts_digest
     from pipeline.sft.sampling import judge_files_digest
     from pipeline.store.snapshot import pools_fingerprint
     from pipeline.training.models import base_model_ref, model_identity
 
     return {
-        # The eval pool's queries, and the cpt pool the retrieval baseline copies from.
-        "pools": pools_fingerprint(store, ("cpt", "eval")),
+        # The eval pool's queries, the cpt pool the retrieval baseline copies from, and the training pools
+        # that decide which targets are seen in training.
+        "pools": pools_fingerprint(store, ("cpt", "sft", "rl", "eval")),
         "targets": store.table_fingerprint("(SELECT * FROM targets WHERE pool = 'eval') AS t", "trajectory_id, turn_index"),
         # Every registered checkpoint: a new one (rl, a retrained sft) is a new row of the table. Not the
         # exports: they are copies of a trained checkpoint (never evaluated twice), and export follows
@@ -177,7 +179,7 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         ),
         "base_model": model_identity(base_model_ref(config)),
         # Rubrics and judge prompts are data files, not modules: the code digest does not see them.
-        "prompts": judge_files_digest(),
+        "prompts": f"{judge_files_digest()}+{prompts_digest()}",
     }
 
 
