@@ -223,7 +223,8 @@ def evaluate(
     ] = None,
     data: Annotated[
         list[str] | None,
-        typer.Option("--data", help="Evaluate on these files (any format ingest reads) instead of the eval pool; they join no pool."),
+        typer.Option("--data", help="Evaluate on these benchmark files or folders (AgentWorldBench rows, or any format ingest "
+                     "reads): their marked target turns as given, their own system prompts; nothing is ingested."),
     ] = None,
     thinking: Annotated[
         bool, typer.Option("--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints).")
@@ -245,7 +246,7 @@ def evaluate(
     judge = result.metrics["judge"]
     _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
                 f"`score_macro` the mean over domains ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "judged", "empty", "score", "score_macro", "score_unseen", "seen", "parse_rate",
+                ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate",
                  "format", "factuality", "consistency", "realism", "quality"))
     _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match",
                                                    "rouge_l", "exact_match", "exact", "line_agreement", "json_valid"))
