@@ -223,7 +223,8 @@ def evaluate(
     ] = None,
     data: Annotated[
         list[str] | None,
-        typer.Option("--data", help="Evaluate on these files (any format ingest reads) instead of the eval pool; they join no pool."),
+        typer.Option("--data", help="Evaluate on these benchmark files or folders (AgentWorldBench rows, or any format ingest "
+                     "reads): their marked target turns as given, their own system prompts; nothing is ingested."),
     ] = None,
     thinking: Annotated[
         bool, typer.Option("--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints).")
@@ -243,12 +244,15 @@ def evaluate(
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
-    _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100 ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "score", "format", "factuality", "consistency", "realism", "quality"))
-    _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "semantic_match",
-                                                   "rouge_l", "exact_match", "json_valid"))
+    _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
+                f"`score_macro` the mean over domains ({result.metrics['eval_set']})",
+                ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate",
+                 "format", "factuality", "consistency", "realism", "quality"))
+    _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match",
+                                                   "rouge_l", "exact_match", "exact", "line_agreement", "json_valid"))
     correlated = result.tables["evaluate-correlations"]
-    _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (every row above pooled)", tuple(correlated[0]))
+    _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
+                "valid judgement, every model pooled)", tuple(correlated[0]))
     _report(result)
     console.print(f"plot and report: {result.output_path}", highlight=False)
 

@@ -2,32 +2,41 @@
 
 Read top to bottom, `run` does:
 1. the eval set: the eval pool's target turns (the split's first, last and up to three middle turns
-   per trajectory), or the turns of `--data` files, which are ingested, filtered and split into an
-   eval pool of a scratch store of their own (`runs/evaluate/data/<digest>`), never the workspace's;
-   a seeded choice under `evaluate.max_queries`, each with its kept history (SFT's queries). Its
-   fingerprint hashes the queries' content, how they are asked (backend, history, sampling, lengths) and how
-   they are measured (the code);
+   per trajectory), a seeded choice under `evaluate.max_queries`, each with its kept history (SFT's
+   queries); or, with `--data`, the items of benchmark files read as given by a reader
+   (pipeline/evaluation/benchmark.py: the format adapters, AgentWorldBench rows included; the turns
+   the data designates, each row's own system prompt, the whole history unless
+   `evaluate.benchmark.max_history_chars` cuts it), with no ingest, filter, split or re-chosen target and
+   nothing written to the workspace's store. Which targets are seen in training (their (action,
+   observation) a kept turn of the workspace's cpt, sft or rl pool; pipeline/evaluation/contamination.py).
+   Its fingerprint hashes the queries' content, how they are asked (backend, history, sampling, lengths),
+   how they are measured (the code) and the training pools;
 2. the models: by default the base model and the newest registered checkpoint of each training stage
    (cpt, sft, rl), or the folders given by `--checkpoint`; then the retrieval baseline (SFT's
-   nearest-neighbour generator over the cpt pool). Each is asked in the format of the stage that made
-   it (pipeline/evaluation/prompting.py);
+   nearest-neighbour generator over the cpt pool). Each is asked and teacher-forced in the format of the
+   stage that trained it (pipeline/evaluation/prompting.py: CPT's template, SFT template 0, RL's template);
 3. per model, unless an evaluation with the same checkpoint, eval-set and judge fingerprints has
    completed (then it is reused, not recomputed): every prediction through the LLM client (local
    transformers or an OpenAI-compatible endpoint; each answer cached as it arrives), then, a batch of
    `evaluate.batch_queries` at a time, the judge's scores, the judge-free metrics and the
    teacher-forced cross-entropy, committed as rows of `eval_predictions`; a rerun after a kill
    computes only the missing rows. Then the per-domain aggregates (`eval_results`);
-4. the table (every model side by side, per domain and overall), the rank correlations between the
-   judge's score and each judge-free metric per domain (over every row of the table), a PNG, and
-   `report.json`, under `runs/evaluate/<digest of the evaluations>`.
+4. the table (every model side by side, per domain and overall: sample-weighted and the macro mean
+   over domains, each labelled; the score also without the targets seen in training), the rank
+   correlations between the judge's score and each judge-free metric per domain (over the judged
+   rows: parsed answers with a valid judgement), a PNG, and `report.json`, under
+   `runs/evaluate/<digest of the evaluations>`.
 
-Scoring. The judge's 1-5 scores map onto AgentWorldBench's 0-100 as (raw - 1) / 4 x 100, per
-criterion and for their mean. A prediction that does not parse (a thinking model that did not close
-its `<think>` block) has no observation: it scores the scale's minimum, 1 on every criterion, and 0
-on every judge-free metric, without being sent to the judge. A generation that failed after its
-retries is an endpoint failure, not the model's: it is counted and left out of every mean (and too
-many fail the stage, `predictor.max_failed_fraction`). An invalid judge answer is counted and left out
-of the judge's means (it is the judge's failure, not the model's).
+Scoring, one rule for every model (issue 17, item 10). The judge's 1-5 scores map onto
+AgentWorldBench's 0-100 as (raw - 1) / 4 x 100, per criterion and for their mean. The judge and the
+judge-free metrics score the observation an answer yields; a thinking answer that does not parse (no
+closed `<think>` block) yields none, and is scored as the empty observation, just as a non-thinking
+answer of whitespace is: the format is not a floor inside the score, it is the `parse_rate` column.
+A generation that failed after its retries is an endpoint failure, not the model's: it is counted and
+left out of every mean (and too many fail the stage, `predictor.max_failed_fraction`). An invalid judge
+answer is counted and left out of the judge's means (it is the judge's failure, not the model's).
+With `evaluate.exclude_empty_generations` (the agentworldbench preset), an answer of nothing but
+whitespace is counted (`empty`) and left out of every mean, as AgentWorldBench drops empty generations.
 """
 
 import hashlib
@@ -39,18 +48,21 @@ from typing import Any
 
 from pipeline.config.evaluate import CHECKPOINT_PLACEHOLDER
 from pipeline.evaluation.metrics import RougeL, agentworldbench_sql, exact_match, json_validity, semantic_match, spearman
+from pipeline.evaluation.agreement import exact, line_agreement
+from pipeline.evaluation.benchmark import BenchmarkItem, read_benchmark, strip_marker
+from pipeline.evaluation.contamination import TRAINING_POOLS, seen_in_training
 from pipeline.evaluation.prompting import (
+    NON_THINKING,
     RETRIEVAL,
     STAGE_FORMATS,
     THINKING,
-    NON_THINKING,
     answer_prefix,
     extract_observation,
     query_messages,
     system_prompt,
 )
 from pipeline.errors import UserFixableError
-from pipeline.evaluation.report import EVAL_POOL, SUMMARY_COLUMNS, judge_name, table_rows
+from pipeline.evaluation.report import EVAL_POOL, SUMMARY_COLUMNS, judge_caption, judge_name, table_rows
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import code_version
 from pipeline.progress import progress_bar
@@ -84,6 +96,18 @@ class EvalSet:
     name: str
     queries: list[Query]
     fingerprint: str
+    seen: frozenset[str]  # query ids whose (action, observation) is a kept turn of a training pool
+    items: dict[str, BenchmarkItem]  # benchmark items by query id (`--data`); empty for the eval pool
+    counts: dict[str, int]  # what reading the benchmark files found (`--data`)
+
+    def system_prompt(self, query: Query) -> str | None:
+        """The item's own system prompt, when the data carries one."""
+        item = self.items.get(query.query_id)
+        return item.system_prompt if item else None
+
+    def marker(self, query: Query) -> str | None:
+        item = self.items.get(query.query_id)
+        return item.response_marker if item else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +139,17 @@ def _query_digest(query: Query) -> str:
     return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
 
 
-def _eval_set_fingerprint(config, queries: list[Query]) -> str:
+def _eval_set_fingerprint(config, store, queries: list[Query], items: dict[str, BenchmarkItem]) -> str:
+    """The queries' content (a benchmark item's own system prompt and marker included), how they are
+    asked, how they are measured; and the training pools, which decide which targets count as seen."""
     evaluate = config.evaluate
     predictor = evaluate.predictor
     asked = (predictor.backend, predictor.temperature, predictor.top_p, predictor.max_tokens, predictor.seed,
-             evaluate.max_history_chars)
-    measured = (evaluate.teacher_forcing, evaluate.max_length, evaluate.semantic_match_threshold, code_version(STAGE))
-    return digest("eval-set", [_query_digest(q) for q in queries], asked, measured)
+             evaluate.max_history_chars, evaluate.benchmark.max_history_chars)
+    measured = (evaluate.teacher_forcing, evaluate.max_length, evaluate.semantic_match_threshold,
+                evaluate.exclude_empty_generations, code_version(STAGE), pools_fingerprint(store, TRAINING_POOLS))
+    own = sorted((query_id, item.system_prompt, item.response_marker) for query_id, item in items.items())
+    return digest("eval-set", [_query_digest(q) for q in queries], own, asked, measured)
 
 
 def _pool_queries(config, store, snapshot_dir: Path) -> list[Query]:
@@ -130,29 +158,20 @@ def _pool_queries(config, store, snapshot_dir: Path) -> list[Query]:
     return load_queries(snapshot_dir, "eval", chosen, evaluate.max_history_chars)
 
 
-def _data_queries(config, data: list[str]) -> tuple[list[Query], dict[str, Any]]:
-    """Queries from external files: ingested, filtered and split (every trajectory to eval, its targets
-    chosen as the eval pool's are) into a scratch store named by the files' paths and contents, never
-    the workspace's."""
-    from pipeline.config.split import PoolRatios
-    from pipeline.orchestration.fingerprint import source_files
-    from pipeline.store.content_digests import ContentDigests
-    from pipeline.store.database import Store
-    from stages import filter as filter_stage
-    from stages import ingest, split
-
-    with ContentDigests.of_workspace(config.workspace.root) as digests:
-        scratch = config.workspace.runs_dir / STAGE / "data" / source_files(data, digests)
-    data_config = config.model_copy(
-        update={"split": config.split.model_copy(update={"ratios": PoolRatios(cpt=0.0, sft=0.0, rl=0.0, eval=1.0)})}
-    )
-    with Store(scratch / "data.duckdb") as store:
-        ingested = ingest.run(data_config, store, paths=data)
-        filter_stage.run(data_config, store)
-        split.run(data_config, store)
-        snapshot = export_snapshot(store, scratch / "snapshots" / pools_fingerprint(store, ("eval",)).replace(":", "-"), ("eval",))
-        queries = _pool_queries(data_config, store, snapshot)
-    return queries, {"records_read": ingested.metrics["records_read"], "quarantined": ingested.metrics["quarantined"]}
+def _benchmark_items(config, data: list[str]) -> tuple[list[BenchmarkItem], dict[str, int], str]:
+    """The items of benchmark files, read as given (pipeline/evaluation/benchmark.py): no ingest, no
+    filters, no pools, no re-chosen targets; every item scored (`max_queries` is the eval pool's budget)."""
+    benchmark = config.evaluate.benchmark
+    read = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars)
+    counts = {"records_read": read.records_read, "records_failed": read.records_failed, "duplicates": read.duplicates,
+              "items": len(read.items), "targets_designated": read.designated, "targets_every_turn": read.every_turn}
+    name = (f"{', '.join(data)} ({read.records_read} records, {read.records_failed} failed to parse, {read.duplicates} "
+            f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none)")
+    if not read.items:
+        failures = f" (e.g. {read.failures[0]})" if read.failures else ""
+        raise EvaluationInputError(f"no target turns to evaluate in the files {', '.join(data)}: {read.records_read} "
+                                   f"records read, {read.records_failed} failed to parse{failures}")
+    return read.items, counts, name
 
 
 def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path]:
@@ -160,16 +179,21 @@ def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path
     snapshot_dir = config.workspace.runs_dir / STAGE / "snapshots"
     pools = pools_fingerprint(store, ("cpt", "eval"))
     snapshot = export_snapshot(store, snapshot_dir / pools.replace(":", "-"), ("cpt", "eval"))
+    items: dict[str, BenchmarkItem] = {}
+    counts: dict[str, int] = {}
     if data:
-        queries, counts = _data_queries(config, data)
-        name = f"{', '.join(data)} ({counts['records_read']} records, {counts['quarantined']} quarantined)"
+        read, counts, name = _benchmark_items(config, data)
+        items = {item.query.query_id: item for item in read}
+        queries = [item.query for item in read]
     else:
         queries = _pool_queries(config, store, snapshot)
         name = EVAL_POOL
-    if not queries:
-        where = f"the files {', '.join(data)}" if data else "the eval pool (run `simulacra split`, with an eval share)"
-        raise EvaluationInputError(f"no target turns to evaluate in {where}")
-    return EvalSet(f"{name}, {len(queries)} target turns", queries, _eval_set_fingerprint(config, queries)), snapshot
+        if not queries:
+            raise EvaluationInputError("no target turns to evaluate in the eval pool (run `simulacra split`, with an eval share)")
+    seen = seen_in_training(store, queries)
+    eval_set = EvalSet(f"{name}, {len(queries)} target turns ({len(seen)} seen in training)", queries,
+                       _eval_set_fingerprint(config, store, queries, items), seen, items, counts)
+    return eval_set, snapshot
 
 
 # -- 2. the models --------------------------------------------------------------------------------
@@ -259,7 +283,12 @@ def _predictor_endpoint(config, model: EvaluatedModel):
     return predictor.model_copy(update={"model": predictor.model.replace(CHECKPOINT_PLACEHOLDER, model.path)})
 
 
-def _predict(config, store, model: EvaluatedModel, queries: list[Query], snapshot: Path) -> list[Prediction]:
+EMPTY_GENERATION = "empty_generation"
+# Rows without scores: the endpoint failed, or (with `exclude_empty_generations`) the model wrote nothing.
+UNSCORED = ("generation_failed", EMPTY_GENERATION)
+
+
+def _predict(config, store, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], snapshot: Path) -> list[Prediction]:
     if model.prompt_format == RETRIEVAL:
         from pipeline.sft.retrieval import RetrievalIndex
 
@@ -268,72 +297,97 @@ def _predict(config, store, model: EvaluatedModel, queries: list[Query], snapsho
     from pipeline.llm.client import ChatRequest, open_client
 
     client = open_client(_predictor_endpoint(config, model), store, f"evaluate.{model.stage}")
-    answers = client.complete_sync([ChatRequest(query_messages(query, model.prompt_format)) for query in queries])
+    answers = client.complete_sync([ChatRequest(query_messages(query, model.prompt_format, eval_set.system_prompt(query)))
+                                    for query in queries])
     client.check_failures()
     predictions = []
     for answer in answers:
+        if config.evaluate.exclude_empty_generations and answer.text is not None and not answer.text.strip():
+            predictions.append(Prediction(EMPTY_GENERATION, None, None, None))  # AgentWorldBench drops these unscored
+            continue
         status, observation, thinking = extract_observation(answer.text, model.prompt_format)
         predictions.append(Prediction(status, observation, thinking, answer.error))
     return predictions
 
 
 class Scorer:
-    """The judge and the judge-free metrics, shared by every model of a run."""
+    """The judge and the judge-free metrics, shared by every model of a run.
+
+    `fingerprint` keys the evaluations (a changed prompt, rubric or sampling is another judge); `name`
+    is what every table and report shows (issue 18): the judge's model and its prompt with the digest
+    of the prompt and rubric files, since scores are comparable only under one named judge."""
 
     def __init__(self, config, store):
         from pipeline.rewards.semantic import SemanticScorer
         from pipeline.sft.generators import judge_label
         from pipeline.sft.judging import LLMJudge, SemanticJudge
+        from pipeline.sft.sampling import judge_files_digest
 
         evaluate = config.evaluate
         self.kind = evaluate.judge.kind
-        self.fingerprint = judge_label(evaluate.judge)
+        label = judge_label(evaluate.judge)
+        self.fingerprint, self.name = label, "semantic"
         self.client = None
         if self.kind == "semantic":
             self.judge = SemanticJudge()
         else:
+            from pipeline.evaluation.tagged_judge import TaggedJudge, prompts_digest
             from pipeline.llm.client import open_client
 
             self.client = open_client(evaluate.judge.endpoint, store, "evaluate.judge")
-            self.judge = LLMJudge(self.client, evaluate.judge.history_turns)
+            model = label.split("#")[0]
+            if evaluate.judge_prompt == "agentworldbench":
+                self.judge = TaggedJudge(self.client, evaluate.judge.history_turns)
+                self.fingerprint = f"{model}#{digest(label, 'agentworldbench', prompts_digest())}"
+                self.name = f"{model} prompt:agentworldbench@{prompts_digest()}"
+            else:
+                self.judge = LLMJudge(self.client, evaluate.judge.history_turns)
+                self.name = f"{model} prompt:rubric@{judge_files_digest()}"
             self.similarity = SemanticScorer()
         self.rouge = RougeL()
         self.threshold = evaluate.semantic_match_threshold
 
-    def rows(self, queries: list[Query], predictions: list[Prediction]) -> list[dict[str, Any]]:
+    def rows(self, queries: list[Query], predictions: list[Prediction], markers: list[str | None] | None = None) -> list[dict[str, Any]]:
+        """One rule for every model (issue 17, item 10): the judge and the metrics score the observation an
+        answer yields, and an answer that yields none (a thinking answer without a closed `<think>`
+        block) yields the empty observation, scored as one, as a non-thinking answer of whitespace is.
+        How often a model's answers parse is the table's `parse_rate`, not a floor inside its score.
+        A benchmark's response marker (`markers`, per query) is stripped from the prediction and the
+        reference before anything scores them, as the benchmark's judge does."""
+        from dataclasses import replace
+
         from pipeline.sft.judging import PointwiseItem
 
-        parsed = [i for i, p in enumerate(predictions) if p.status == "ok"]
-        verdicts = dict(zip(parsed, self.judge.pointwise([PointwiseItem(queries[i], predictions[i].observation) for i in parsed])))
+        markers = markers or [None] * len(queries)
+        queries = [replace(q, reference=strip_marker(q.reference, m)) if m else q for q, m in zip(queries, markers)]
+        answered = {i: strip_marker(p.observation or "", markers[i]) for i, p in enumerate(predictions) if p.status not in UNSCORED}
+        verdicts = dict(zip(answered, self.judge.pointwise([PointwiseItem(queries[i], text) for i, text in answered.items()])))
         if self.kind == "semantic":  # the similarity judge's score is 1 + 4 x the similarity: not computed twice
-            similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in parsed}
+            similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in answered}
         else:
-            similarities = dict(zip(parsed, (s.value for s in self.similarity.similarities(
-                [(predictions[i].observation, queries[i].reference) for i in parsed]))))
+            similarities = dict(zip(answered, (s.value for s in self.similarity.similarities(
+                [(text, queries[i].reference) for i, text in answered.items()]))))
         rows = []
         for i, (query, prediction) in enumerate(zip(queries, predictions)):
             row: dict[str, Any] = {"prediction": prediction.observation, "parse_status": prediction.status, "error": prediction.error}
-            if prediction.status == "ok":
-                verdict = verdicts[i]
+            if i in answered:  # a failed or (when excluded) empty generation: no scores, out of every mean
+                text, verdict = answered[i], verdicts[i]
                 row.update({name: (verdict.criteria or {}).get(name) for name in CRITERIA})
                 row.update(judge_raw=verdict.score if verdict.valid else None, judge_valid=verdict.valid,
                            judge_invalid_reason=verdict.invalid_reason, similarity=similarities[i],
                            semantic_match=semantic_match(similarities[i], self.threshold),
-                           rouge_l=self.rouge(prediction.observation, query.reference),
-                           exact_match=exact_match(prediction.observation, query.reference),
-                           json_valid=json_validity(prediction.observation, query.reference))
-            elif prediction.status != "generation_failed":  # unparsed: no observation, the scale's minimum
-                lowest = 1.0 if self.kind == "llm" else None
-                row.update({name: lowest for name in CRITERIA})
-                row.update(judge_raw=1.0, judge_valid=None, judge_invalid_reason=None, similarity=0.0,
-                           semantic_match=False, rouge_l=0.0, exact_match=False,
-                           json_valid=False if json_validity("", query.reference) is not None else None)
+                           rouge_l=self.rouge(text, query.reference),
+                           exact_match=exact_match(text, query.reference),
+                           json_valid=json_validity(text, query.reference),
+                           exact=exact(text, query.reference), line_agreement=line_agreement(text, query.reference))
             rows.append(row)
         return rows
 
 
 ROW_COLUMNS = ("prediction", "parse_status", "error", *CRITERIA, "judge_raw", "judge_valid", "judge_invalid_reason",
-               "similarity", "semantic_match", "rouge_l", "exact_match", "json_valid")
+               "similarity", "semantic_match", "rouge_l", "exact_match", "json_valid", "exact", "line_agreement")
+PREDICTION_COLUMNS = ("evaluation_id", "query_id", "trajectory_id", "turn_index", "domain", *ROW_COLUMNS,
+                      "ce_sum", "ce_tokens", "created_at", "seen_in_training", "history_left_out")
 
 
 def _done_queries(store, evaluation_id: str) -> set[str]:
@@ -350,16 +404,16 @@ def _teacher_forcing(config, model: EvaluatedModel):
     return TeacherForcing(model.path, evaluate.max_length, evaluate.predictor.batch_size, evaluate.predictor.device)
 
 
-def _cross_entropies(forcing, model: EvaluatedModel, queries: list[Query], predictions: list[Prediction]):
+def _cross_entropies(forcing, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], predictions: list[Prediction]):
     if forcing is None:
         return [None] * len(queries)
     from pipeline.evaluation.cross_entropy import teacher_forced_sequence
 
-    sequences = [
-        teacher_forced_sequence(forcing.builder, system_prompt(query, model.prompt_format), query,
-                                answer_prefix(model.prompt_format, prediction.thinking))
-        for query, prediction in zip(queries, predictions)
-    ]
+    sequences = []
+    for query, prediction in zip(queries, predictions):
+        prefix = answer_prefix(model.prompt_format, prediction.thinking)
+        system = eval_set.system_prompt(query) or system_prompt(query, model.prompt_format)
+        sequences.append(None if prefix is None else teacher_forced_sequence(forcing.builder, system, query, prefix))
     return forcing.losses(sequences)
 
 
@@ -368,25 +422,39 @@ def _register(store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, e
         tx.execute(
             "INSERT OR IGNORE INTO evaluations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, now(), NULL)",
             [evaluation_id, model.checkpoint_id, model.model, model.stage, model.path, model.prompt_format,
-             model.fingerprint, eval_set.name, eval_set.fingerprint, scorer.fingerprint.split("#")[0], scorer.fingerprint,
+             model.fingerprint, eval_set.name, eval_set.fingerprint, scorer.name, scorer.fingerprint,
              len(eval_set.queries)],
         )
 
 
 def _aggregate(store, evaluation_id: str) -> None:
-    criteria = ", ".join(f"avg({agentworldbench_sql(name)}) AS {name}" for name in CRITERIA)
+    criteria = ", ".join(f"avg({agentworldbench_sql(name)})" for name in CRITERIA)
     with store.transaction() as tx:
         tx.execute("DELETE FROM eval_results WHERE evaluation_id = ?", [evaluation_id])
         tx.execute(
-            f"""INSERT INTO eval_results
+            f"""INSERT INTO eval_results (evaluation_id, domain, queries, judged, score, {', '.join(CRITERIA)}, unparsed, failed,
+                       judge_invalid, observation_ce, perplexity, semantic_match, rouge_l, exact_match, json_valid,
+                       json_references, parsed, ce_rows, seen, score_unseen, empty, exact, line_agreement)
                 SELECT ?, coalesce(domain, 'all'), count(*), count(judge_raw), avg({agentworldbench_sql('judge_raw')}), {criteria},
-                       count(*) FILTER (WHERE parse_status NOT IN ('ok', 'generation_failed')),
+                       count(*) FILTER (WHERE parse_status NOT IN ('ok', 'generation_failed', 'empty_generation')),
                        count(*) FILTER (WHERE parse_status = 'generation_failed'),
                        count(*) FILTER (WHERE NOT judge_valid),
                        sum(ce_sum) / nullif(sum(ce_tokens), 0), exp(sum(ce_sum) / nullif(sum(ce_tokens), 0)),
                        avg(semantic_match::INTEGER), avg(rouge_l), avg(exact_match::INTEGER), avg(json_valid::INTEGER),
-                       count(json_valid)
+                       count(json_valid), count(*) FILTER (WHERE parse_status = 'ok'), count(ce_tokens),
+                       count(*) FILTER (WHERE seen_in_training),
+                       avg({agentworldbench_sql('judge_raw')}) FILTER (WHERE NOT seen_in_training),
+                       count(*) FILTER (WHERE parse_status = 'empty_generation'), avg(exact::INTEGER), avg(line_agreement)
                 FROM eval_predictions WHERE evaluation_id = ? GROUP BY ROLLUP (domain)""",
+            [evaluation_id, evaluation_id],
+        )
+        # AgentWorldBench's Overall weighs every domain alike (issue 18): the macro mean of the domains'
+        # scores, on the `all` row beside `score`, which weighs every scored row alike.
+        tx.execute(
+            """UPDATE eval_results SET score_macro = m.score, domains = m.domains
+               FROM (SELECT avg(score) AS score, count(score) AS domains FROM eval_results
+                     WHERE evaluation_id = ? AND domain <> 'all') m
+               WHERE evaluation_id = ? AND domain = 'all'""",
             [evaluation_id, evaluation_id],
         )
         tx.execute("UPDATE evaluations SET completed = true, completed_at = now() WHERE evaluation_id = ?", [evaluation_id])
@@ -404,22 +472,24 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # a weight-loading bar per model load; the stage reports its own progress
-        predictions = _predict(config, store, model, todo, snapshot)
+        predictions = _predict(config, store, model, eval_set, todo, snapshot)
         forcing = _teacher_forcing(config, model)
         batch_size = config.evaluate.batch_queries
         with progress_bar(f"evaluate {model.model}: queries judged and measured", total=len(todo)) as advance:
             for start in range(0, len(todo), batch_size):
                 queries, batch = todo[start : start + batch_size], predictions[start : start + batch_size]
-                rows = scorer.rows(queries, batch)
-                losses = _cross_entropies(forcing, model, queries, batch)
+                rows = scorer.rows(queries, batch, [eval_set.marker(query) for query in queries])
+                losses = _cross_entropies(forcing, model, eval_set, queries, batch)
                 now = datetime.now()
                 values = [
                     [evaluation_id, query.query_id, query.trajectory_id, query.turn_index, query.domain,
-                     *(row.get(column) for column in ROW_COLUMNS), *(loss if loss else (None, None)), now]
+                     *(row.get(column) for column in ROW_COLUMNS), *(loss if loss else (None, None)), now,
+                     query.query_id in eval_set.seen, query.history_left_out]
                     for query, row, loss in zip(queries, rows, losses)
                 ]
                 with store.transaction() as tx:
-                    tx.executemany(f"INSERT INTO eval_predictions VALUES ({', '.join('?' * len(values[0]))})", values)
+                    tx.executemany(f"INSERT INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
+                                   f"VALUES ({', '.join('?' * len(PREDICTION_COLUMNS))})", values)
                 advance(len(queries))
                 # `orchestration.fail_stage: evaluate` fails once, after the first batch is committed.
                 maybe_fail(config, STAGE, f"after {start + len(queries)} rows of {model.model}")
@@ -430,12 +500,15 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
 # -- 4. the table ---------------------------------------------------------------------------------
 def correlations(store, evaluation_ids: list[str]) -> list[dict[str, Any]]:
     """Spearman's rho between the judge's score and each judge-free metric, per domain and over all
-    domains, over every judged row of the given evaluations (all models pooled: the spread between a
-    weak and a strong model is what a judge must rank)."""
+    domains, over the judged rows of the given evaluations: answers that parsed in their model's
+    format and got a valid judgement (`rows` counts them). An unparsed answer is scored as the empty
+    observation, the same text for every model, so pooling those rows would rank the parse rate, not
+    the judge (issue 17, item 12: CE's rho was +0.28 with them, -0.20 without). All models are pooled:
+    the spread between a weak and a strong model is what a judge must rank."""
     metrics = ", ".join(f"{expression} AS {name}" for name, expression in CORRELATED)
     rows = store.rows(
         f"SELECT domain, judge_raw, {metrics} FROM eval_predictions "
-        "WHERE evaluation_id IN (SELECT unnest(?::VARCHAR[])) AND judge_raw IS NOT NULL",
+        "WHERE evaluation_id IN (SELECT unnest(?::VARCHAR[])) AND judge_raw IS NOT NULL AND parse_status = 'ok'",
         [evaluation_ids],
     )
     result = []
@@ -476,13 +549,23 @@ def _plot(rows: list[dict[str, Any]], judge: str, path: Path) -> Path:
     return path
 
 
+# What each overall score is, for the report: both are given, each labelled (issue 18).
+SCORE_LABELS = {
+    "score": "sample-weighted: the mean over every scored row (all domains pooled, as eval.py's `score` command)",
+    "score_macro": "macro: the mean of the domains' scores, every domain weighing alike (on the `all` row)",
+    "score_unseen": "sample-weighted, without the targets seen in training",
+}
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _summary(rows: list[dict[str, Any]], eval_set: EvalSet, judge: str, reused: int, total: int) -> str:
-    overall = ", ".join(
-        f"{row['model']} {row['score']:.1f}" if row["score"] is not None else f"{row['model']} -"
-        for row in rows if row["domain"] == "all"
-    )
-    return (f"{total} models on {eval_set.name}, {judge_name(judge)}; overall score (0-100): {overall}"
-            f" ({reused} reused, not recomputed)")
+    overall = ", ".join(f"{row['model']} {_score(row['score'])} / {_score(row['score_macro'])}"
+                        for row in rows if row["domain"] == "all")
+    return (f"{total} models on {eval_set.name}, {judge_name(judge)}; overall score (0-100, sample-weighted / macro "
+            f"over domains): {overall} ({reused} reused, not recomputed)")
 
 
 def run(config, store, checkpoints: list[str] | None = None, data: list[str] | None = None, thinking: bool = False) -> StageResult:
@@ -508,18 +591,25 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
     rows = table_rows(store, ids)
     correlated = correlations(store, ids)
     output_dir = config.workspace.runs_dir / STAGE / digest("report", sorted(ids))
-    plot = _plot(rows, scorer.fingerprint, output_dir / PLOT_FILE)
+    plot = _plot(rows, scorer.name, output_dir / PLOT_FILE)
     (output_dir / REPORT_FILE).write_text(json.dumps(
-        {"eval_set": eval_set.name, "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.fingerprint,
-         "evaluations": ids, "table": rows, "correlations": correlated}, indent=2, default=str) + "\n")
+        {"eval_set": eval_set.name, "eval_set_fingerprint": eval_set.fingerprint, "benchmark": eval_set.counts,
+         "judge": scorer.name, "judge_fingerprint": scorer.fingerprint, "judge_caption": judge_caption(scorer.name),
+         "scores": SCORE_LABELS,
+         "evaluations": ids, "table": rows, "correlations": correlated,
+         "correlations_over": "judged rows: answers that parsed in their model's format, with a valid judgement"},
+        indent=2, default=str) + "\n")
     metrics = {
         "models": len(models), "reused": reused, "queries": len(eval_set.queries), "eval_set": eval_set.name,
-        "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.fingerprint, "report": str(output_dir / REPORT_FILE),
+        "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.name, "judge_fingerprint": scorer.fingerprint,
+        "report": str(output_dir / REPORT_FILE),
         **{f"score.{row['model']}": row["score"] for row in rows if row["domain"] == "all"},
+        **{f"score_macro.{row['model']}": row["score_macro"] for row in rows if row["domain"] == "all"},
+        **{f"benchmark.{name}": count for name, count in eval_set.counts.items()},
     }
     return StageResult(
         stage=STAGE, metrics=metrics, output_path=output_dir,
-        summary=_summary(rows, eval_set, scorer.fingerprint, reused, len(models)),
+        summary=_summary(rows, eval_set, scorer.name, reused, len(models)),
         tables={"evaluate-table": [{c: row[c] for c in SUMMARY_COLUMNS} for row in rows],
                 "evaluate-correlations": correlated},
         images={"evaluate-scores": plot},

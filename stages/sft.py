@@ -282,7 +282,8 @@ def _heldout_predictions(config, plan: Plan, queries: list[Query], model_ref: st
 
 def _heldout_score(queries: list[Query], predictions: list[dict], judge) -> dict[str, Any]:
     """Mean judge score over the held-out queries; a thinking-format prediction that does not parse,
-    or a failed generation, scores 0."""
+    or a failed generation, scores 0. An empty observation is judged like any other: `mkdir x` prints
+    nothing, so an empty answer can be the right one (issue 17, item 16)."""
     from pipeline.sft.judging import PointwiseItem
 
     if not queries:
@@ -293,7 +294,7 @@ def _heldout_score(queries: list[Query], predictions: list[dict], judge) -> dict
         if prediction["thinking"]:
             parsed = parse_candidate(text)
             text = parsed.prediction if parsed.ok else None
-        if text is not None and (prediction["thinking"] or text.strip()):
+        if text is not None:
             usable.append((index, text))
     verdicts = judge.pointwise([PointwiseItem(queries[i], text) for i, text in usable]) if usable else []
     scores = [0.0] * len(queries)

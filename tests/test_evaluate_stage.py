@@ -5,7 +5,9 @@ and the LLM judge.
 - A run that fails after its first committed batch, then a rerun: the committed rows are not
   recomputed (same rows, same timestamps), every model ends with one row per query, and a third run
   reuses every evaluation (same checkpoint, eval set and judge fingerprints).
-- `--data` evaluates external files without adding them to the workspace's store.
+- `--data` reads AgentWorldBench rows as the benchmark defines them (their turn, their system prompt,
+  the whole history; empty generations counted and left out; the macro mean beside the weighted one),
+  without adding them to the workspace's store.
 - The LLM judge's five criteria map onto 0-100; an invalid judge answer is counted and left out; the
   served checkpoints are asked under their folder's name; a failed run and its rerun ask the server
   nothing twice.
@@ -28,6 +30,7 @@ from pipeline.training.tiny_model import build_tiny_model
 from stages import filter as filter_stage
 from stages import ingest, score, split
 from tests.openai_server import OpenAIServer
+from tests.test_benchmark_reader import MARKER, SYSTEM, awb_row
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {"base", "cpt", "sft", "retrieval baseline"}
@@ -93,39 +96,107 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
         table = result.tables["evaluate-table"]
         card = evaluation_rows(store, "cpt-test")
         markdown = markdown_table(card)
+        by_seen = store.rows(
+            "SELECT e.model, count(*) FILTER (WHERE p.seen_in_training) AS seen, "
+            "avg((p.judge_raw - 1) / 4 * 100) FILTER (WHERE NOT p.seen_in_training) AS unseen "
+            "FROM eval_predictions p JOIN evaluations e USING (evaluation_id) GROUP BY 1")
 
     assert len(first_batch) == 4 and set(first_batch) <= set(rows)  # committed rows kept as they were
     assert Counter(row[0] for row in rows) == {model: 6 for model in MODELS}
     assert again.metrics["reused"] == 4 and unchanged == rows
     overall = {row["model"]: row for row in table if row["domain"] == "all"}
     assert set(overall) == MODELS and all(row["queries"] == 6 for row in overall.values())
-    # The tiny random model never writes a <think> block: every thinking-format answer is unparsed and
-    # scores the scale's minimum, without the judge.
-    assert overall["sft"]["score"] == 0.0 and {row[2] for row in rows if row[0] == "sft"} == {"missing_think"}
-    for model in ("base", "cpt", "sft"):
+    # The tiny random model never writes a <think> block: every thinking-format answer is unparsed, scored
+    # as the empty observation by the same judge (not a floor), and has no trained context for teacher forcing.
+    assert {row[2] for row in rows if row[0] == "sft"} == {"missing_think"} and overall["sft"]["parse_rate"] == 0.0
+    assert overall["sft"]["score"] > 0 and overall["sft"]["observation_ce"] is None and overall["sft"]["ce_rows"] == 0
+    for model in ("base", "cpt"):
+        assert overall[model]["parse_rate"] == 1.0  # a query too long for max_length has no CE: counted apart
+        assert overall[model]["ce_rows"] == sum(1 for row in rows if row[0] == model and row[4] is not None) > 0
         assert overall[model]["observation_ce"] > 0
         assert overall[model]["perplexity"] == pytest.approx(2.718281828 ** overall[model]["observation_ce"])
+    for entry in by_seen:  # the score without the targets seen in training, beside the score over all of them
+        assert overall[entry["model"]]["seen"] == entry["seen"]
+        assert overall[entry["model"]]["score_unseen"] == pytest.approx(entry["unseen"])
     assert overall["retrieval baseline"]["observation_ce"] is None  # not a language model
     assert 0 <= overall["retrieval baseline"]["score"] <= 100 and overall["base"]["format"] is None  # no criteria
     assert {row["model"] for row in card} == MODELS and "similarity judge" in markdown
     assert result.images["evaluate-scores"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     correlations = result.tables["evaluate-correlations"]
-    assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 24
+    # Over the judged rows only: the sft answers did not parse (issue 17, item 12).
+    assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 18
 
 
-def test_data_files_are_evaluated_without_joining_the_store(prepared):
+def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
+    """A target whose (action, observation) is a kept turn of a training pool is seen in training; the same
+    action with another observation is not (issue 17, item 15)."""
+    from pipeline.evaluation.contamination import seen_in_training
+    from pipeline.sft.queries import Query
+    from pipeline.store.schema import SystemPrompt
+
+    config = _config(prepared, fail=False)
+    with Store(config.workspace.database_path) as store:
+        action, observation = store.execute(
+            "SELECT k.action, k.observation FROM kept_turns k JOIN splits s USING (trajectory_id) WHERE s.pool = 'cpt' "
+            "ORDER BY 1, 2 LIMIT 1").fetchone()
+        queries = [Query("e1", 1, "terminal", SystemPrompt(), (), action, observation, 0),
+                   Query("e2", 1, "terminal", SystemPrompt(), (), action, observation + " (changed)", 0)]
+        assert seen_in_training(store, queries) == {"e1:1"}
+
+
+def benchmark_answer(request: dict) -> str:
+    """A served world model: nothing for `mkdir x`, the real listing (with the benchmark's marker) for `ls`,
+    a wrong error for `cat a`, an empty JSON object for the tool call."""
+    action = request["messages"][-1]["content"]
+    if "mkdir x" in action:
+        return ""
+    if "\nls\n" in action:
+        return f"{MARKER}\nx\n"
+    return "{}" if "get_weather" in action else "cat: a: Permission denied"
+
+
+def test_benchmark_rows_are_scored_as_the_benchmark_defines_them(prepared):
+    """AgentWorldBench rows (their schema, written here): each row's own turn, its own system prompt and its
+    whole history reach the model; the empty generation is counted and left out; the marker is stripped
+    before scoring; the overall score is given sample-weighted and as the macro mean over domains; the
+    workspace's store gains no trajectory (issue 18)."""
     from stages import evaluate
 
-    root = _copy(prepared, "external")
-    config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None)
-    game = sorted((REPO / "data/demo/text_games").iterdir())[0]
-    with Store(config.workspace.database_path) as store:
-        trajectories = store.scalar("SELECT count(*) FROM trajectories")
-        result = evaluate.run(config, store, checkpoints=[str(root / "base-model")], data=[str(game)])
-        assert store.scalar("SELECT count(*) FROM trajectories") == trajectories
-        domains = {row[0] for row in store.execute("SELECT DISTINCT domain FROM eval_predictions").fetchall()}
-    assert str(game) in result.metrics["eval_set"] and domains == {"text-game"}
-    assert [row["model"] for row in result.tables["evaluate-table"] if row["domain"] == "all"] == ["base"]
+    root = _copy(prepared, "benchmark")
+    bench = root / "AgentWorldBench"
+    bench.mkdir()
+    (bench / "terminal_test.jsonl").write_text("".join(json.dumps(awb_row(t)) + "\n" for t in (1, 2, 3)))
+    tool = {"task": "mcp", "id": 1, "prompt": ['### Turn 1\n**Action:**\n{"name": "get_weather"}'],
+            "response": [f"{MARKER}\n{{\"temp\": 3}}"], "current_prompt": "x", "system_str": SYSTEM, "turn_idx": 1, "total_turns": 1}
+    (bench / "mcp_test.jsonl").write_text(json.dumps(tool) + "\n")
+    with OpenAIServer(answer=benchmark_answer) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout_s": 30}
+        config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None, exclude_empty_generations=True,
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 64})
+        with Store(config.workspace.database_path) as store:
+            trajectories = store.scalar("SELECT count(*) FROM trajectories")
+            result = evaluate.run(config, store, checkpoints=["world-model"], data=[str(bench)])
+            assert store.scalar("SELECT count(*) FROM trajectories") == trajectories
+            rows = store.rows("SELECT domain, turn_index, parse_status, judge_raw, exact, history_left_out FROM eval_predictions "
+                              "ORDER BY domain, turn_index")
+        requests = [e.body for e in server.log]
+
+    assert all(r["messages"][0] == {"role": "system", "content": SYSTEM} for r in requests)  # the row's own prompt
+    assert sorted(len(r["messages"]) for r in requests) == [2, 2, 4, 6]  # the whole history, as user/assistant turns
+    assert all(r["temperature"] == 0.6 for r in requests)
+    assert [(r["domain"], r["turn_index"], r["parse_status"]) for r in rows] == [
+        ("mcp", 0, "ok"), ("terminal", 0, "empty_generation"), ("terminal", 1, "ok"), ("terminal", 2, "ok")]
+    assert rows[1]["judge_raw"] is None and rows[2]["exact"] is True and rows[3]["exact"] is False
+    assert all(r["history_left_out"] == 0 for r in rows)
+    metrics = result.metrics
+    assert (metrics["benchmark.records_read"], metrics["benchmark.items"], metrics["benchmark.records_failed"]) == (4, 4, 0)
+    table = {row["domain"]: row for row in result.tables["evaluate-table"]}
+    assert table["terminal"]["empty"] == 1 and table["terminal"]["judged"] == 2 and table["all"]["judged"] == 3
+    assert table["terminal"]["exact"] == pytest.approx(0.5)  # the marker stripped from both sides
+    judged = [(r["judge_raw"] - 1) / 4 * 100 for r in rows if r["judge_raw"] is not None]
+    assert table["all"]["score"] == pytest.approx(sum(judged) / 3)  # every scored row alike
+    assert table["all"]["score_macro"] == pytest.approx((table["terminal"]["score"] + table["mcp"]["score"]) / 2)
+    assert table["all"]["score_macro"] != pytest.approx(table["all"]["score"])
 
 
 def _digest(text: str) -> int:
@@ -171,6 +242,11 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
             )
         answered = [json.dumps(e.body, sort_keys=True) for e in server.log if e.outcome == "answered"]
 
+    from pipeline.sft.sampling import judge_files_digest
+
+    # The judge is named in the table and the report by its model and its prompt's digest (issue 18).
+    assert result.metrics["judge"] == f"llm:openai:judge-model prompt:rubric@{judge_files_digest()}"
+    assert json.loads(Path(result.metrics["report"]).read_text())["judge"] == result.metrics["judge"]
     assert len(server.log) == asked  # the third run reused everything
     assert not [body for body, n in Counter(answered).items() if n > 1]  # failed run + rerun: nothing asked twice
     served = {e.body["model"] for e in server.log if e.body["model"] != "judge-model"}

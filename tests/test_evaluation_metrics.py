@@ -3,7 +3,20 @@
 import pytest
 
 from pipeline.evaluation.metrics import agentworldbench_sql, exact_match, json_validity, semantic_match, spearman
-from pipeline.evaluation.prompting import EMPTY_THINKING, answer_prefix, extract_observation
+from pipeline.evaluation.prompting import (
+    NON_THINKING,
+    RL_THINKING,
+    STAGE_FORMATS,
+    THINKING,
+    answer_prefix,
+    extract_observation,
+    query_messages,
+)
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.prompts.rl import rl_system_prompt
+from pipeline.prompts.sft import TEMPLATES
+from pipeline.sft.queries import Query
+from pipeline.store.schema import SystemPrompt
 
 
 @pytest.mark.parametrize(("raw", "expected"), [(1, 0.0), (2, 25.0), (3, 50.0), (4.2, 80.0), (5, 100.0)])
@@ -75,6 +88,8 @@ def test_spearman(xs, ys, expected):
         ("<think>\nls lists it\n</think>\n\na.txt", "thinking", "ok", "a.txt", "ls lists it"),
         ("a.txt", "thinking", "missing_think", None, None),
         ("<think>\nnever closed", "thinking", "unclosed_think", None, None),
+        ("<think>\nls lists it\n</think>\n\na.txt", "rl-thinking", "ok", "a.txt", "ls lists it"),
+        ("a.txt", "rl-thinking", "missing_think", None, None),
     ],
 )
 def test_the_observation_is_extracted_strictly_in_the_thinking_format(text, prompt_format, status, observation, thinking):
@@ -86,8 +101,49 @@ def test_the_observation_is_extracted_strictly_in_the_thinking_format(text, prom
     [
         ("non-thinking", None, ""),
         ("thinking", "it lists a.txt", "<think>\nit lists a.txt\n</think>\n\n"),
-        ("thinking", None, EMPTY_THINKING),
+        ("rl-thinking", "it lists a.txt", "<think>\nit lists a.txt\n</think>\n\n"),
+        # SFT never trains an observation after an empty thinking block: no trained context, no CE (issue 17, item 14).
+        ("thinking", None, None),
+        ("rl-thinking", None, None),
     ],
 )
 def test_teacher_forcing_context_before_the_observation(prompt_format, thinking, expected):
     assert answer_prefix(prompt_format, thinking) == expected
+
+
+QUERY = Query("t1", 1, "terminal", SystemPrompt(task_description="a shell", action_space="bash"), (), "mkdir x", "", 0)
+
+
+@pytest.mark.parametrize(
+    ("stage", "prompt_format", "expected_system"),
+    [
+        ("base", NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
+        ("cpt", NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
+        ("sft", THINKING, TEMPLATES[0].render("terminal", QUERY.system)),
+        # RL trains (and the export serves) in RL's own template, without a control instruction (item 14).
+        ("rl", RL_THINKING, rl_system_prompt("terminal", QUERY.system, None)),
+    ],
+)
+def test_each_stage_is_asked_in_the_template_it_trained_in(stage, prompt_format, expected_system):
+    assert STAGE_FORMATS[stage] == prompt_format
+    messages = query_messages(QUERY, prompt_format)
+    assert messages[0] == {"role": "system", "content": expected_system} and messages[-1]["content"] == "mkdir x"
+
+
+def test_every_format_is_scored_by_one_rule():
+    """Issue 17, item 10: an unparsed thinking answer yields the empty observation and is judged as one,
+    exactly as a non-thinking answer of nothing is; the parse status tells them apart, not the score."""
+    from pipeline.config import load_config
+    from stages.evaluate import Prediction, Scorer
+
+    config = load_config(None, [{"evaluate": {"judge": {"kind": "semantic"}}}])
+    scorer = Scorer(config, None)
+    queries = [Query("t1", 1, "terminal", QUERY.system, (), "cat a.txt", "hello world\n", 0)] * 3
+    predictions = [Prediction("missing_think", None, None, None), Prediction("ok", "", None, None),
+                   Prediction("generation_failed", None, None, "HTTP 500")]
+    unparsed, empty, failed = scorer.rows(queries, predictions)
+    assert unparsed["parse_status"] == "missing_think" and empty["parse_status"] == "ok"
+    assert {k: v for k, v in unparsed.items() if k not in ("parse_status", "prediction")} == \
+        {k: v for k, v in empty.items() if k not in ("parse_status", "prediction")}
+    assert unparsed["judge_raw"] is not None and unparsed["judge_valid"] and unparsed["rouge_l"] == 0.0
+    assert failed.get("judge_raw") is None and failed["error"] == "HTTP 500"  # the endpoint's failure: no score

@@ -152,8 +152,9 @@ def test_an_evaluation_of_the_checkpoint_reaches_a_new_card(exported):
         )
         for domain, score in (("terminal", 41.25), ("all", 37.5)):
             store.execute(
-                "INSERT INTO eval_results VALUES ('ev1', ?, 4, 4, ?, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 3.25, 25.8, "
-                "0.5, 0.4, 0.25, NULL, 0)",
+                "INSERT INTO eval_results (evaluation_id, domain, queries, judged, score, unparsed, failed, judge_invalid, "
+                "observation_ce, perplexity, semantic_match, rouge_l, exact_match, json_references) "
+                "VALUES ('ev1', ?, 4, 4, ?, 0, 0, 0, 3.25, 25.8, 0.5, 0.4, 0.25, 0)",
                 [domain, score],
             )
         again = export.run(config, store)

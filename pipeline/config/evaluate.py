@@ -1,6 +1,8 @@
 """Configuration of `simulacra evaluate` (issue 12; SPEC.md, "Evaluation"): which queries, how each model
 is asked, which judge scores the answers, and the judge-free metrics beside it."""
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from pipeline.config.base import Section
@@ -8,6 +10,25 @@ from pipeline.config.llm import EndpointConfig
 from pipeline.config.sft import JudgeConfig
 
 CHECKPOINT_PLACEHOLDER = "{checkpoint}"
+
+
+class BenchmarkConfig(Section):
+    """How `simulacra evaluate --data FILE...` reads a benchmark (issue 18; pipeline/evaluation/benchmark.py)."""
+
+    target_field: str = Field(
+        default="benchmark_target",
+        min_length=1,
+        description="Turn metadata field that marks a target turn (`true`): those turns are scored exactly as given, "
+        "never re-chosen. AgentWorldBench rows are marked by their `turn_idx`. A trajectory that marks none has "
+        "every turn scored.",
+    )
+    max_history_chars: int | None = Field(
+        default=None,
+        ge=0,
+        description="History of a benchmark item: None (default) gives every earlier turn, as AgentWorldBench gives "
+        "the whole history; a number keeps the most recent whole turns within that many characters (each item "
+        "reports the turns it left out).",
+    )
 
 
 class EvaluateConfig(Section):
@@ -25,6 +46,10 @@ class EvaluateConfig(Section):
         ge=0,
         description="History given with a query: the most recent whole turns within this many characters, as SFT "
         "builds its queries (sft.max_history_chars), so a model is asked in the shape it was trained on.",
+    )
+    benchmark: BenchmarkConfig = Field(
+        default_factory=BenchmarkConfig,
+        description="`--data` files read as a benchmark: which turns are targets, how much history an item gets.",
     )
     # --- how each model is asked ----------------------------------------------------------------
     predictor: EndpointConfig = Field(
@@ -52,11 +77,24 @@ class EvaluateConfig(Section):
         "(their predictions and LLM judgements are in the LLM cache and are not asked again).",
     )
     # --- scoring --------------------------------------------------------------------------------
+    exclude_empty_generations: bool = Field(
+        default=False,
+        description="An answer of nothing but whitespace is counted (`empty`) and left out of every mean instead "
+        "of being judged, as AgentWorldBench drops empty generations (eval.py: `if not gen`). Off by default: "
+        "`mkdir x` prints nothing, so an empty answer can be right; the agentworldbench preset turns it on.",
+    )
     judge: JudgeConfig = Field(
         default_factory=JudgeConfig,
         description="Who scores each prediction against the real observation: `llm`, the five criteria (1-5) "
         "with the domain's rubric (as SFT's judge); `semantic` (default), the offline similarity judge mapped "
         "onto 1-5, which has no criteria and is labelled so in the table.",
+    )
+    judge_prompt: Literal["rubric", "agentworldbench"] = Field(
+        default="rubric",
+        description="With an `llm` judge: `rubric`, SFT's pointwise prompt with the domain's rubric, answered as a "
+        "JSON schema; `agentworldbench`, the per-domain prompt of data/prompts/eval_judge_tagged.md (the domain's "
+        "rubric classifies the content first), free reasoning, then the verdict as JSON inside <final_evaluation> "
+        "tags, as AgentWorldBench's judge answers. Scores are comparable only under one named judge and prompt.",
     )
     semantic_match_threshold: float = Field(
         default=0.5,

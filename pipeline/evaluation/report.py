@@ -5,6 +5,8 @@ returns the table it belongs to: every model evaluated on the same eval set with
 (the base model, each stage's checkpoint, the retrieval baseline), one row per model and domain
 plus one per model over all domains, each with the three fingerprints that key it. Scores are
 AgentWorldBench's (raw - 1) / 4 x 100 of the judge's 1-5 scale; rates are fractions of the queries.
+`parse_rate` is the share of answered queries (failed generations aside) whose answer parsed in the
+model's format; `score_unseen` the score without the targets seen in training (`seen` of them).
 """
 
 from typing import Any
@@ -14,10 +16,11 @@ from typing import Any
 EVAL_POOL = "eval pool"
 STAGE_RANK = {"base": 0, "cpt": 1, "sft": 2, "rl": 3, "external": 4, "baseline": 5}
 
-_SELECT = """SELECT e.model, e.stage, r.domain, r.queries, r.score, r.format, r.factuality, r.consistency, r.realism,
-       r.quality, r.observation_ce, r.perplexity, r.semantic_match, r.rouge_l, r.exact_match, r.json_valid, r.unparsed,
-       r.judge_invalid, e.judge, e.checkpoint_id, e.checkpoint_fingerprint, e.eval_set, e.eval_set_fingerprint,
-       e.judge_fingerprint
+_SELECT = """SELECT e.model, e.stage, r.domain, r.queries, r.judged, r.score, r.score_macro, r.domains, r.score_unseen,
+       r.seen, r.parsed / nullif(r.queries - r.failed - r.empty, 0) AS parse_rate, r.format, r.factuality,
+       r.consistency, r.realism, r.quality, r.observation_ce, r.perplexity, r.ce_rows, r.semantic_match, r.rouge_l,
+       r.exact_match, r.exact, r.line_agreement, r.json_valid, r.unparsed, r.failed, r.empty, r.judge_invalid,
+       e.judge, e.checkpoint_id, e.checkpoint_fingerprint, e.eval_set, e.eval_set_fingerprint, e.judge_fingerprint
     FROM evaluations e JOIN eval_results r USING (evaluation_id)
     WHERE e.completed"""
 
@@ -60,8 +63,10 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
-SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "format", "factuality", "consistency", "realism", "quality",
-                   "observation_ce", "perplexity", "semantic_match", "rouge_l", "exact_match", "json_valid")
+SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty",
+                   "parse_rate", "format", "factuality", "consistency", "realism", "quality", "observation_ce",
+                   "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match", "exact", "line_agreement",
+                   "json_valid")
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMARY_COLUMNS) -> str:
@@ -73,18 +78,21 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMAR
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
     first = rows[0]
     lines += ["", f"Judge: {judge_caption(first['judge'])} (`{first['judge_fingerprint']}`); eval set: {first['eval_set']} "
-              f"(`{first['eval_set_fingerprint']}`). Scores are (raw - 1) / 4 x 100 of the judge's 1-5 scale."]
+              f"(`{first['eval_set_fingerprint']}`). Scores are (raw - 1) / 4 x 100 of the judge's 1-5 scale; `score_unseen` "
+              "leaves out the `seen` targets, whose (action, observation) is a turn of a training pool; `parse_rate` is "
+              "the share of answers that parsed in the model's format (an unparsed one is scored as the empty observation)."]
     models = {(row["model"], row["checkpoint_fingerprint"]) for row in rows}
     lines += [f"- {model}: fingerprint `{fingerprint}`" for model, fingerprint in sorted(models)]
     return "\n".join(lines)
 
 
 def judge_name(judge: str) -> str:
-    """`similarity judge`, or `LLM judge <backend>:<model>`, from a judge's label."""
+    """`similarity judge`, or `LLM judge <backend>:<model> prompt:<prompt>@<digest>`, from a judge's name
+    (`evaluations.judge`; the digest is of its prompt and rubric files) or label."""
     return "similarity judge" if judge.startswith("semantic") else f"LLM judge {judge.split('#')[0].removeprefix('llm:')}"
 
 
 def judge_caption(judge: str) -> str:
     if judge.startswith("semantic"):
         return f"{judge_name(judge)} (MiniLM cosine, ROUGE-L for JSON) mapped onto the 1-5 scale, not a five-criteria judge"
-    return f"{judge_name(judge)}, five criteria with the domain's rubric"
+    return f"{judge_name(judge)}, five criteria with the domain's rubric; scores compare only under this judge and prompt"

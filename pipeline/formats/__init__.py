@@ -11,6 +11,7 @@ from pipeline.formats.base import FormatAdapter
 # name -> module under pipeline.formats that defines `Adapter`. Order is detection order.
 ADAPTER_MODULES: dict[str, str] = {
     "simulacra-jsonl": "simulacra_jsonl",
+    "agentworldbench": "agentworldbench",
     "atif": "atif",
     "swe-agent": "swe_agent",
     "openhands": "openhands",

@@ -161,6 +161,7 @@ def _export_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
 
 def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
+    from pipeline.evaluation.tagged_judge import prompts_digest
     from pipeline.sft.sampling import judge_files_digest
     from pipeline.store.snapshot import pools_fingerprint
     from pipeline.training.models import base_model_identity, base_model_ref, model_identity
@@ -169,8 +170,9 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         # The tiny model by its folder: it exists only once CPT built it, and only then is it evaluated.
         base = base_model_identity(config, digests) if config.model.base is not None else model_identity(base_model_ref(config))
     return {
-        # The eval pool's queries, and the cpt pool the retrieval baseline copies from.
-        "pools": pools_fingerprint(store, ("cpt", "eval")),
+        # The eval pool's queries, the cpt pool the retrieval baseline copies from, and the training pools
+        # that decide which targets are seen in training.
+        "pools": pools_fingerprint(store, ("cpt", "sft", "rl", "eval")),
         "targets": store.table_fingerprint("(SELECT * FROM targets WHERE pool = 'eval') AS t", "trajectory_id, turn_index"),
         # Every registered checkpoint: a new one (rl, a retrained sft) is a new row of the table. Not the
         # exports: they are copies of a trained checkpoint (never evaluated twice), and export follows
@@ -180,7 +182,7 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         ),
         "base_model": base,
         # Rubrics and judge prompts are data files, not modules: the code digest does not see them.
-        "prompts": judge_files_digest(),
+        "prompts": f"{judge_files_digest()}+{prompts_digest()}",
     }
 
 

@@ -349,4 +349,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
         ],
     ),
+    (
+        9,
+        "evaluation: parse rate, trained-format cross-entropy, targets seen in training",
+        [
+            # Issue 17: whether a target's (action, observation) pair is a kept turn of a training pool
+            # (the split's overlap rule), so the table reports scores with and without such targets.
+            "ALTER TABLE eval_predictions ADD COLUMN seen_in_training BOOLEAN",
+            # Answers that parsed in the model's format (the parse rate's numerator), rows with a
+            # cross-entropy (a thinking model's unparsed answers have none), and the score without the
+            # targets seen in training.
+            "ALTER TABLE eval_results ADD COLUMN parsed INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN ce_rows INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN seen INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN score_unseen DOUBLE",
+        ],
+    ),
+    (
+        10,
+        "evaluation: benchmark items, empty generations, strict agreement, macro mean",
+        [
+            # Issue 18: the history turns a benchmark item left out (0: the full history), the whole
+            # observation's exact agreement and the share of its lines in agreement, per row.
+            "ALTER TABLE eval_predictions ADD COLUMN history_left_out INTEGER",
+            "ALTER TABLE eval_predictions ADD COLUMN exact BOOLEAN",
+            "ALTER TABLE eval_predictions ADD COLUMN line_agreement DOUBLE",
+            # Empty generations (counted, left out of every mean), the two agreements per domain, and on
+            # the `all` row the macro mean over domains beside the sample-weighted `score`.
+            "ALTER TABLE eval_results ADD COLUMN empty INTEGER",
+            "ALTER TABLE eval_results ADD COLUMN exact DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN line_agreement DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN score_macro DOUBLE",
+            "ALTER TABLE eval_results ADD COLUMN domains INTEGER",
+        ],
+    ),
 ]

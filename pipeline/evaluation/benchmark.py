@@ -1,0 +1,139 @@
+"""`--data` files read as a benchmark (issue 18): their items, their turns, their prompts, scored as given.
+
+A reader, as a datatrove reader yields documents: it parses each file with the format adapters
+(pipeline/formats, the ones ingest uses: detected from the file's first document, AgentWorldBench rows
+included) and yields one eval item per target turn. Nothing is ingested, filtered, split or re-chosen,
+and nothing touches the workspace's store, so evaluating a benchmark is one step.
+
+- Target turns: the turns the data designates, by turn metadata `<target_field>: true` (default
+  `benchmark_target`; the AgentWorldBench adapter marks each row's `turn_idx` so). A trajectory that
+  designates none has every turn as a target (a thought turn aside: the harness answers those), the
+  file taken as given. No `min_turns`, no retry or no-change filter, no first/last/middle choice.
+- The system prompt: the row's own (`metadata.system_prompt`, AgentWorldBench's `system_str`) when the
+  data carries one, sent verbatim to every model; else the model's trained template.
+- The history: every turn before the target, in full, unless `max_history_chars` asks for a cut (then
+  the most recent whole turns within it); each item reports how many turns it left out.
+- Records that do not parse are counted with their reason (the first few are shown), not quarantined:
+  there is no store to quarantine them in. Rows repeating an item already read count as duplicates.
+"""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import UserFixableError
+from pipeline.sft.queries import Query, kept_history
+from pipeline.store.schema import THOUGHT, RecordError, Trajectory
+from pipeline.training.sequences import ScoredTurn
+
+FAILURES_SHOWN = 5
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkItem:
+    query: Query
+    system_prompt: str | None  # the row's own, verbatim; None: the model's trained template
+    response_marker: str | None  # a marker the benchmark strips from prediction and reference before scoring
+
+
+@dataclass(slots=True)
+class BenchmarkRead:
+    items: list[BenchmarkItem] = field(default_factory=list)
+    records_read: int = 0
+    records_failed: int = 0
+    duplicates: int = 0
+    designated: int = 0  # targets designated by the data
+    every_turn: int = 0  # targets of trajectories that designate none
+    failures: list[str] = field(default_factory=list)  # "location: reason", the first few
+
+    def fail(self, location: str, reason: str) -> None:
+        self.records_failed += 1
+        if len(self.failures) < FAILURES_SHOWN:
+            self.failures.append(f"{location}: {reason}")
+
+
+def _files(paths: Sequence[str]) -> Iterator[Path]:
+    for name in paths:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        elif path.is_file():
+            yield path
+        else:
+            raise UserFixableError(f"--data {name}: no such file or folder")
+
+
+def _trajectories(path: Path, read: BenchmarkRead) -> Iterator[Trajectory]:
+    from pipeline import formats
+    from pipeline.formats.base import Malformed, iter_documents
+
+    adapter = None
+    for document in iter_documents(path):
+        if isinstance(document, Malformed):
+            read.records_read += 1
+            read.fail(document.location, document.error)
+            continue
+        adapter = adapter or formats.detect(document.content)
+        if adapter is None:
+            read.records_read += 1
+            read.fail(document.location, "no format adapter recognises this file")
+            continue
+        for record in adapter.records(document):
+            read.records_read += 1
+            try:
+                trajectory = adapter.parse(record.content, None)
+            except (RecordError, KeyError, TypeError, ValueError) as exc:
+                read.fail(record.location, str(exc))
+                continue
+            trajectory.location = record.location
+            yield trajectory
+
+
+def target_positions(trajectory: Trajectory, target_field: str) -> tuple[list[int], bool]:
+    """The positions of the target turns, and whether the data designated them."""
+    designated = [i for i, turn in enumerate(trajectory.turns) if turn.metadata.get(target_field) is True]
+    turn_idx = trajectory.metadata.get("turn_idx")
+    if not designated and isinstance(turn_idx, int) and 1 <= turn_idx <= len(trajectory.turns):
+        designated = [turn_idx - 1]  # an AgentWorldBench row read under another target field name
+    if designated:
+        return designated, True
+    return [i for i, turn in enumerate(trajectory.turns) if turn.metadata.get("kind") != THOUGHT], False
+
+
+def read_benchmark(paths: Sequence[str], target_field: str, max_history_chars: int | None) -> BenchmarkRead:
+    read = BenchmarkRead()
+    seen: set[str] = set()
+    for path in _files(paths):
+        for trajectory in _trajectories(path, read):
+            try:
+                trajectory_id = trajectory.content_id()
+            except RecordError as exc:
+                read.fail(trajectory.location, str(exc))
+                continue
+            turns = [ScoredTurn(i, t.action, t.observation, "", 1.0) for i, t in enumerate(trajectory.turns)]
+            positions, designated = target_positions(trajectory, target_field)
+            system_prompt = trajectory.metadata.get("system_prompt")
+            marker = trajectory.metadata.get("response_marker")
+            for position in positions:
+                earlier = turns[:position]
+                history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
+                query = Query(trajectory_id, position, trajectory.domain, trajectory.system, history,
+                              turns[position].action, turns[position].observation, left_out)
+                if query.query_id in seen:
+                    read.duplicates += 1
+                    continue
+                seen.add(query.query_id)
+                read.designated += designated
+                read.every_turn += not designated
+                read.items.append(BenchmarkItem(query, system_prompt if isinstance(system_prompt, str) else None,
+                                                marker if isinstance(marker, str) else None))
+    return read
+
+
+def strip_marker(text: str, marker: str | None) -> str:
+    """eval.py's `clean_response_marker`: the marker and the whitespace around the rest removed."""
+    if not marker:
+        return text
+    if text.startswith(marker):
+        return text[len(marker):].strip()
+    return text.replace(marker, "").strip()

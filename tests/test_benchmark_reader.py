@@ -1,0 +1,106 @@
+"""Benchmark files read as given (issue 18): AgentWorldBench rows written here in the benchmark's schema,
+designated target turns in the project's own JSONL, the history in full unless a cut is asked, the
+benchmark's marker stripping, and the strict agreement metrics. Real files on disk, no store."""
+
+import json
+
+import pytest
+
+from pipeline.evaluation.agreement import exact, line_agreement
+from pipeline.evaluation.benchmark import read_benchmark, strip_marker
+from pipeline.formats import detect
+
+MARKER = "**Environment Observation:**"
+SYSTEM = "# Role and Objective\n\nYou are a **Terminal World Model**."
+
+
+def awb_row(turn_idx: int, **changes) -> dict:
+    """A row of AgentWorldBench's `terminal_test.jsonl` (README, "Data Format"): the whole trajectory in
+    `prompt` / `response`, the scored turn in `turn_idx` (1-indexed)."""
+    prompts = [f"### Turn {i}\n**Action:**\n```\n{cmd}\n```" for i, cmd in enumerate(["mkdir x", "ls", "cat a"], start=1)]
+    responses = [f"{MARKER}\n", f"{MARKER}\nx\n", f"{MARKER}\ncat: a: No such file or directory\n"]
+    row = {"task": "agentworldbench/terminal", "id": 7001 + turn_idx, "prompt": prompts, "response": responses,
+           "current_prompt": prompts[turn_idx - 1], "system_str": SYSTEM, "turn_idx": turn_idx, "total_turns": 3}
+    row.update(changes)
+    return row
+
+
+def _write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_agentworldbench_rows_are_scored_at_their_turn_with_their_prompt_and_full_history(tmp_path):
+    path = _write_jsonl(tmp_path / "terminal_test.jsonl", [awb_row(1), awb_row(3), awb_row(0), awb_row(3)])
+    assert detect(awb_row(2)).name == "agentworldbench"
+    read = read_benchmark([path], "benchmark_target", None)
+
+    assert (read.records_read, read.records_failed, read.duplicates, len(read.items)) == (4, 1, 1, 2)
+    assert "turn_idx" in read.failures[0]  # turn_idx 0 is not a turn: counted with its reason
+    first, third = read.items
+    assert first.query.history == () and first.query.action.endswith("mkdir x\n```") and first.query.reference == f"{MARKER}\n"
+    assert [t.action for t in third.query.history] == awb_row(3)["prompt"][:2]  # every earlier turn, as given
+    assert [t.observation for t in third.query.history] == awb_row(3)["response"][:2]
+    assert third.query.reference == awb_row(3)["response"][2] and third.query.history_left_out == 0
+    assert third.query.domain == "terminal" and third.system_prompt == SYSTEM and third.response_marker == MARKER
+    assert read.designated == 2 and read.every_turn == 0
+
+
+def test_history_is_cut_only_when_asked_and_each_item_says_how_much(tmp_path):
+    path = _write_jsonl(tmp_path / "terminal_test.jsonl", [awb_row(3)])
+    [item] = read_benchmark([path], "benchmark_target", 80).items
+    assert len(item.query.history) == 1 and item.query.history_left_out == 1
+
+
+def _trajectory(turns: list[tuple[str, str, dict]]) -> dict:
+    return {"schema": "simulacra/trajectory-v1", "domain": "terminal", "task": "t", "system": {"task_description": "a shell"},
+            "turns": [{"action": a, "observation": o, **({"metadata": m} if m else {})} for a, o, m in turns]}
+
+
+@pytest.mark.parametrize(
+    ("field", "turns", "expected_targets", "designated"),
+    [
+        # Only the marked turn is scored: never the first, last and middle turns the eval pool would choose.
+        ("benchmark_target", [("ls", "a", {}), ("cat a", "1", {"benchmark_target": True}), ("ls", "a", {}), ("pwd", "/", {})], [1], True),
+        # The field name is configuration.
+        ("scored", [("ls", "a", {"scored": True}), ("pwd", "/", {"scored": True})], [0, 1], True),
+        ("scored", [("ls", "a", {"benchmark_target": True}), ("pwd", "/", {})], [0, 1], False),
+        # A one-turn trajectory is scored (no min_turns), and so is a turn with an empty observation.
+        ("benchmark_target", [("mkdir x", "", {})], [0], False),
+    ],
+)
+def test_designated_targets_are_scored_exactly(tmp_path, field, turns, expected_targets, designated):
+    path = _write_jsonl(tmp_path / "bench.jsonl", [_trajectory(turns)])
+    read = read_benchmark([path], field, None)
+    assert [item.query.turn_index for item in read.items] == expected_targets
+    assert (read.designated, read.every_turn) == ((len(expected_targets), 0) if designated else (0, len(expected_targets)))
+    assert all(item.system_prompt is None for item in read.items)  # no own prompt: the model's trained template
+
+
+@pytest.mark.parametrize(
+    ("text", "marker", "expected"),
+    [
+        (f"{MARKER}\nx\n", MARKER, "x"),
+        ("x\n", MARKER, "x"),  # eval.py strips whitespace also where the marker is absent
+        (f"<answer>\n{MARKER} x", MARKER, "<answer>\n x"),  # the marker elsewhere is removed, not the text around it
+        ("x\n", None, "x\n"),  # no benchmark marker: nothing changes
+    ],
+)
+def test_marker_is_stripped_as_the_benchmark_judge_does(text, marker, expected):
+    assert strip_marker(text, marker) == expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "is_exact", "agreement"),
+    [
+        ("a\nb\n", "a\nb", True, 1.0),
+        ("", "", True, 1.0),
+        ("built 2026-11-30", "built 2024-01-02", False, 0.0),  # nothing masked: a timestamp is a difference
+        ("a\nb\nc\nX", "a\nb\nc\nd", False, 0.75),  # three of four lines agree
+        ("a  \nb", "a\nb", False, 1.0),  # trailing spaces differ the text, not the lines
+        ("", "a", False, 0.0),
+    ],
+)
+def test_exact_and_per_line_agreement(prediction, reference, is_exact, agreement):
+    assert exact(prediction, reference) is is_exact
+    assert line_agreement(prediction, reference) == pytest.approx(agreement)
