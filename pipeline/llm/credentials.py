@@ -1,17 +1,37 @@
 """Where the API key comes from, and keeping it out of everything written.
 
 The key lives in the process only: in the SDK client's header. It is never a config field, never
-in the cache key, the store, a log line or an exception message: every error text that leaves a
-backend passes through `redact`. A base URL is shown without user info or query (they can carry
-credentials too).
+in the cache key, the store, a log line or an exception message. Every key `api_key` hands out is
+remembered for this process, and `redact` replaces every recognisable form of every one of them:
+the key verbatim, and the masked forms servers quote back (OpenAI's 401 says
+`sk-canar****...2ad4`: a prefix, a run of `*`/`.`/`…`, a suffix; or only one of the two ends). It
+runs over every error text that leaves a backend and over every answer (an endpoint behind a
+debugging proxy may echo the Authorization header into its answer): what the store, the logs, the
+judge and training see holds `REDACTED` instead, and a sample that held a secret is never trained
+on (pipeline/sft/candidates.py). A base URL is shown without user info or query, and a configured
+one may hold neither (pipeline/config/llm.py): credentials belong in the environment.
 """
 
 import os
+import re
+from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
 
-REDACTED = "[redacted]"
+REDACTED = "[redacted-secret]"
+
+# A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
+_MASK = r"[*.\u2026\u2022]{3,}"
+# The shortest key end that counts as recognisable next to a mask: "sk-" alone names the key's kind, a
+# 4-character suffix is what OpenAI shows. Shorter ends would match ordinary text ("a..." in prose).
+_MIN_PREFIX = 3
+_MIN_SUFFIX = 4
+# Keys shorter than this are not masked-matched (their ends would be most of the key and match prose);
+# their verbatim form is still replaced.
+_MIN_KEY = 12
+
+_known: set[str] = set()
 
 
 class MissingSecret(RuntimeError):
@@ -19,7 +39,15 @@ class MissingSecret(RuntimeError):
 
 
 def api_key(endpoint: EndpointConfig) -> str | None:
-    """The Prefect Secret block when `api_key_secret` is set, else the `api_key_env` variable, else None."""
+    """The Prefect Secret block when `api_key_secret` is set, else the `api_key_env` variable, else None.
+    The key is remembered, so `redact` replaces it wherever this process writes text."""
+    key = _read_key(endpoint)
+    if key:
+        remember_secret(key)
+    return key
+
+
+def _read_key(endpoint: EndpointConfig) -> str | None:
     if endpoint.api_key_secret:
         from prefect.blocks.system import Secret
 
@@ -35,8 +63,28 @@ def api_key(endpoint: EndpointConfig) -> str | None:
     return None
 
 
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
+def remember_secret(secret: str) -> None:
+    _known.add(secret)
+
+
+@lru_cache(maxsize=64)
+def _pattern(secret: str) -> re.Pattern:
+    """The key verbatim, or a recognisable end of it beside a mask (longest ends first, so the whole
+    visible part goes)."""
+    forms = [re.escape(secret)]
+    if len(secret) >= _MIN_KEY:
+        prefixes = "|".join(re.escape(secret[:n]) for n in range(len(secret) - 1, _MIN_PREFIX - 1, -1))
+        suffixes = "|".join(re.escape(secret[-n:]) for n in range(len(secret) - 1, _MIN_SUFFIX - 1, -1))
+        forms.append(f"(?:{prefixes}){_MASK}(?:{suffixes})?")
+        forms.append(f"{_MASK}(?:{suffixes})")
+    return re.compile("|".join(forms))
+
+
+def redact(text: str, secret: str | None = None) -> str:
+    """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`."""
+    for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
+        text = _pattern(key).sub(REDACTED, text)
+    return text
 
 
 def public_url(url: str) -> str:
