@@ -68,7 +68,8 @@ def _config() -> SimulacraConfig:
             overrides = [parse_override(text) for text in _state.get("overrides", [])]
             _state["config"] = load_config(_state.get("config_path"), overrides)
         except ConfigError as exc:
-            console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False)
+            # soft_wrap: a field's line stays one line whatever the terminal's width (a log greps it whole).
+            console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     return _state["config"]
 
@@ -231,15 +232,10 @@ def evaluate(
 ) -> None:
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
     from pipeline.evaluation.report import judge_caption
-    from pipeline.llm.client import EndpointFailed
     from stages import evaluate as stage
 
     with _store() as store:
-        try:
-            result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
-        except EndpointFailed as exc:  # the endpoint's failure, not the user's input: exit 1, as a failed stage
-            console.print(f"[red]evaluate:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+        result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
