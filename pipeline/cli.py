@@ -36,6 +36,22 @@ class Commands(TyperGroup):
         except UserFixableError as exc:
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
+        except BaseException as exc:
+            if not _interrupted(exc):
+                raise
+            # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
+            # rest rolled back, and each stage resumes from what it committed.
+            console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"),
+                                        "interrupted: rerun the same command to resume"), soft_wrap=True)
+            raise typer.Exit(130) from None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """ctrl-C: Python's KeyboardInterrupt, or DuckDB's own when the signal arrives while a query runs
+    (a RuntimeError "Query interrupted", or its InterruptException)."""
+    if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException":
+        return True
+    return isinstance(exc, RuntimeError) and str(exc) == "Query interrupted"
 
 
 app = typer.Typer(
@@ -107,6 +123,11 @@ def ingest(
             console.print(f"[red]ingest:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     _report(result)
+    not_read = result.metrics["paths_not_read"]
+    if not_read:  # what was read is kept; the rest needs the user (permissions), then a rerun adds it
+        console.print(f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: make them readable and rerun",
+                      highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 @app.command("filter")

@@ -29,7 +29,7 @@ from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.progress import progress_bar
 from pipeline.store.schema import RecordError, Trajectory, check_limits
-from pipeline.store.sources import Input, expand
+from pipeline.store.sources import Input, NotRead, expand
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 
@@ -87,11 +87,16 @@ def run(
     )
     per_source: dict[str, Counts] = {}
     files_read = files_unchanged = 0
+    not_read: list[NotRead] = []
     for source in sources:
-        inputs = expand(source.path)
+        inputs = expand(source.path, not_read)
         totals = per_source.setdefault(source.name, Counts())
         for item in inputs:
-            counts = _ingest_input(config, store, source, item, rescan)
+            try:
+                counts = _ingest_input(config, store, source, item, rescan)
+            except OSError as exc:  # unreadable (permissions, a folder named like a file, I/O): the rest goes on
+                not_read.append(NotRead(item.path, exc.strerror or str(exc)))
+                continue
             if counts is None:
                 files_unchanged += 1
                 continue
@@ -106,11 +111,14 @@ def run(
         "files_unchanged": files_unchanged,
         "per_source": {name: c.as_dict() for name, c in per_source.items()},
         "trajectories_in_store": store.scalar("SELECT count(*) FROM trajectories"),
+        "paths_not_read": [{"path": entry.path, "reason": entry.reason} for entry in not_read],
     }
     summary = (
         f"read {total.records_read} records from {files_read} files ({files_unchanged} unchanged, skipped): "
         f"{total.added} added, {total.duplicates} duplicates, {total.quarantined} quarantined"
     )
+    if not_read:
+        summary += f"; {len(not_read)} path(s) NOT read: " + "; ".join(f"{e.path} ({e.reason})" for e in not_read)
     table = [{"source": name, **c.as_dict()} for name, c in per_source.items()]
     return StageResult("ingest", metrics=metrics, summary=summary, tables={"ingest-counts": table})
 

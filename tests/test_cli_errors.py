@@ -39,6 +39,9 @@ CASES = [
     ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
     ("split before filter", [["ingest", TERMINAL]], ["split"],
      "split: no trajectory has been filtered yet: run `simulacra filter` first"),
+    ("a workspace that cannot be written", [], ["--set", f"workspace.path={REPO}/pyproject.toml/ws", "split"],
+     f"split: cannot write the store {REPO}/pyproject.toml/ws/simulacra.duckdb (Not a directory): set `workspace.path` "
+     "to a folder you can write, or fix its permissions"),
     ("ingest of a missing path", [], ["ingest", "/nonexistent/runs"],
      "ingest: /nonexistent/runs: no such file, folder or glob match"),
     ("stats before any data", [], ["stats"],

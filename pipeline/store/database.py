@@ -46,13 +46,18 @@ class Store:
         if self.read_only and not self.path.is_file():
             raise UserFixableError(f"no store at {self.path}: run `simulacra ingest` first (or check `workspace.path`)")
         if not self.read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._unwritable(exc.strerror or str(exc)) from None
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=self.read_only)
             except duckdb.IOException as exc:
+                if "permission denied" in str(exc).lower() or "read-only file system" in str(exc).lower():
+                    raise self._unwritable("permission denied" if "permission" in str(exc).lower() else "read-only file system") from None
                 if not _is_lock_error(exc) or time.monotonic() > deadline:
                     if _is_lock_error(exc):
                         raise StoreBusy(
@@ -62,6 +67,12 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _unwritable(self, reason: str) -> UserFixableError:
+        return UserFixableError(
+            f"cannot write the store {self.path} ({reason}): set `workspace.path` to a folder you can write, "
+            "or fix its permissions"
+        )
 
     def close(self) -> None:
         if self._connection is not None:
