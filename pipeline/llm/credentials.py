@@ -14,7 +14,6 @@ one may hold neither (pipeline/config/llm.py): credentials belong in the environ
 
 import os
 import re
-from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
@@ -22,7 +21,7 @@ from pipeline.config.llm import EndpointConfig
 REDACTED = "[redacted-secret]"
 
 # A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
-_MASK = r"[*.\u2026\u2022]{3,}"
+_MASK_RUN = re.compile(r"[*.\u2026\u2022]{3,}")
 # The shortest key end that counts as recognisable next to a mask: "sk-" alone names the key's kind, a
 # 4-character suffix is what OpenAI shows. Shorter ends would match ordinary text ("a..." in prose).
 _MIN_PREFIX = 3
@@ -67,23 +66,49 @@ def remember_secret(secret: str) -> None:
     _known.add(secret)
 
 
-@lru_cache(maxsize=64)
-def _pattern(secret: str) -> re.Pattern:
-    """The key verbatim, or a recognisable end of it beside a mask (longest ends first, so the whole
-    visible part goes)."""
-    forms = [re.escape(secret)]
-    if len(secret) >= _MIN_KEY:
-        prefixes = "|".join(re.escape(secret[:n]) for n in range(len(secret) - 1, _MIN_PREFIX - 1, -1))
-        suffixes = "|".join(re.escape(secret[-n:]) for n in range(len(secret) - 1, _MIN_SUFFIX - 1, -1))
-        forms.append(f"(?:{prefixes}){_MASK}(?:{suffixes})?")
-        forms.append(f"{_MASK}(?:{suffixes})")
-    return re.compile("|".join(forms))
+def _visible_prefix(text: str, end: int, secret: str) -> int:
+    """Length of the longest prefix of `secret` that ends at `end` in `text` (0 below the minimum).
+    Found from where the key's first characters occur just before, not by trying every length."""
+    head = secret[:_MIN_PREFIX]
+    at = text.find(head, max(0, end - len(secret) + 1), end)
+    while at != -1:
+        if secret.startswith(text[at:end]):
+            return end - at
+        at = text.find(head, at + 1, end)
+    return 0
+
+
+def _visible_suffix(text: str, start: int, secret: str) -> int:
+    """Length of the longest suffix of `secret` that starts at `start` in `text` (0 below the minimum)."""
+    tail = secret[-_MIN_SUFFIX:]
+    at = text.rfind(tail, start, start + len(secret) - 1)
+    while at != -1:
+        if secret.endswith(text[start : at + len(tail)]):
+            return at + len(tail) - start
+        at = text.rfind(tail, start, at + len(tail) - 1)
+    return 0
+
+
+def _redact_masked(text: str, secret: str) -> str:
+    """Replace each mask run with a recognisable end of `secret` beside it, ends included. Scans the
+    mask runs and compares their neighbours, rather than one regex alternative per prefix length:
+    linear in the text, and `redact` runs on every answer."""
+    pieces, kept_to = [], 0
+    for run in _MASK_RUN.finditer(text):
+        before = _visible_prefix(text, run.start(), secret)
+        after = _visible_suffix(text, run.end(), secret)
+        if (before or after) and run.start() - before >= kept_to:
+            pieces += [text[kept_to : run.start() - before], REDACTED]
+            kept_to = run.end() + after
+    return "".join(pieces) + text[kept_to:] if pieces else text
 
 
 def redact(text: str, secret: str | None = None) -> str:
     """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`."""
     for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
-        text = _pattern(key).sub(REDACTED, text)
+        text = text.replace(key, REDACTED)
+        if len(key) >= _MIN_KEY:
+            text = _redact_masked(text, key)
     return text
 
 
