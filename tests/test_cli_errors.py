@@ -95,3 +95,11 @@ def test_a_config_error_keeps_each_field_on_one_line_whatever_the_terminal_width
     assert header == "config error: <defaults> (with overrides): invalid configuration"
     assert len(field) > 80 and field.startswith("  field `sft.judge.endpoint.base_url`: the URL holds credentials")
     assert field.endswith("or in a Prefect Secret block (`api_key_secret`)") and "SECRET" not in result.stderr
+
+
+def test_credentials_in_a_url_stop_a_pipeline_run_before_prefect_records_its_parameters(tmp_path):
+    """Issue 20.10: the flow run's parameters hold the overrides; the refusal comes before the flow starts."""
+    result = simulacra(tmp_path, "run", "--stages", "ingest", "--set", "evaluate.judge.endpoint.base_url=http://u:SECRET@host/v1")
+    assert result.exit_code == 2 and "SECRET" not in result.stderr
+    assert "field `evaluate.judge.endpoint.base_url`: the URL holds credentials (user info)" in result.stderr
+    assert not (tmp_path / "prefect").exists()
