@@ -36,6 +36,22 @@ class Commands(TyperGroup):
         except UserFixableError as exc:
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
+        except BaseException as exc:
+            if not _interrupted(exc):
+                raise
+            # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
+            # rest rolled back, and each stage resumes from what it committed.
+            console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"),
+                                        "interrupted: rerun the same command to resume"), soft_wrap=True)
+            raise typer.Exit(130) from None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """ctrl-C: Python's KeyboardInterrupt, or DuckDB's own when the signal arrives while a query runs
+    (a RuntimeError "Query interrupted", or its InterruptException)."""
+    if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException":
+        return True
+    return isinstance(exc, RuntimeError) and str(exc) == "Query interrupted"
 
 
 app = typer.Typer(
@@ -68,7 +84,8 @@ def _config() -> SimulacraConfig:
             overrides = [parse_override(text) for text in _state.get("overrides", [])]
             _state["config"] = load_config(_state.get("config_path"), overrides)
         except ConfigError as exc:
-            console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False)
+            # soft_wrap: a field's line stays one line whatever the terminal's width (a log greps it whole).
+            console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     return _state["config"]
 
@@ -106,6 +123,11 @@ def ingest(
             console.print(f"[red]ingest:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     _report(result)
+    not_read = result.metrics["paths_not_read"]
+    if not_read:  # what was read is kept; the rest needs the user (permissions), then a rerun adds it
+        console.print(f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: make them readable and rerun",
+                      highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 @app.command("filter")
@@ -232,15 +254,10 @@ def evaluate(
 ) -> None:
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
     from pipeline.evaluation.report import judge_caption
-    from pipeline.llm.client import EndpointFailed
     from stages import evaluate as stage
 
     with _store() as store:
-        try:
-            result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
-        except EndpointFailed as exc:  # the endpoint's failure, not the user's input: exit 1, as a failed stage
-            console.print(f"[red]evaluate:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+        result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]

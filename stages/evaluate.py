@@ -390,8 +390,15 @@ PREDICTION_COLUMNS = ("evaluation_id", "query_id", "trajectory_id", "turn_index"
                       "ce_sum", "ce_tokens", "created_at", "seen_in_training", "history_left_out")
 
 
+# A row whose prediction or judge request failed is the endpoint's failure: recorded, counted, and asked
+# again by the next run, even when the evaluation completed with it (a few failures do not fail the stage).
+FAILED_ROW = "(parse_status = 'generation_failed' OR coalesce(judge_invalid_reason LIKE 'request failed:%', false))"
+
+
 def _done_queries(store, evaluation_id: str) -> set[str]:
-    rows = store.execute("SELECT query_id FROM eval_predictions WHERE evaluation_id = ?", [evaluation_id]).fetchall()
+    rows = store.execute(
+        f"SELECT query_id FROM eval_predictions WHERE evaluation_id = ? AND NOT {FAILED_ROW}", [evaluation_id]
+    ).fetchall()
     return {row[0] for row in rows}
 
 
@@ -463,7 +470,11 @@ def _aggregate(store, evaluation_id: str) -> None:
 def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, snapshot: Path) -> bool:
     """Evaluate one model (or finish its evaluation); False when it had completed already."""
     evaluation_id = model.evaluation_id(eval_set, scorer.fingerprint)
-    if store.scalar("SELECT completed FROM evaluations WHERE evaluation_id = ?", [evaluation_id]):
+    if store.scalar(
+        f"""SELECT completed AND NOT EXISTS (SELECT 1 FROM eval_predictions WHERE evaluation_id = ? AND {FAILED_ROW})
+            FROM evaluations WHERE evaluation_id = ?""",
+        [evaluation_id, evaluation_id],
+    ):
         return False
     _register(store, model, eval_set, scorer, evaluation_id)
     done = _done_queries(store, evaluation_id)
@@ -488,7 +499,7 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
                     for query, row, loss in zip(queries, rows, losses)
                 ]
                 with store.transaction() as tx:
-                    tx.executemany(f"INSERT INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
+                    tx.executemany(f"INSERT OR REPLACE INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
                                    f"VALUES ({', '.join('?' * len(PREDICTION_COLUMNS))})", values)
                 advance(len(queries))
                 # `orchestration.fail_stage: evaluate` fails once, after the first batch is committed.

@@ -26,10 +26,11 @@ from pipeline.config import SimulacraConfig
 from pipeline.config.ingest import SourceConfig
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
+from pipeline.formats.file_encoding import sniff
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.progress import progress_bar
 from pipeline.store.schema import RecordError, Trajectory, check_limits
-from pipeline.store.sources import Input, expand
+from pipeline.store.sources import Input, NotRead, expand
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 
@@ -87,11 +88,19 @@ def run(
     )
     per_source: dict[str, Counts] = {}
     files_read = files_unchanged = 0
+    not_read: list[NotRead] = []
+    decoded: list[str] = []  # files read through a decoding, and what they were
     for source in sources:
-        inputs = expand(source.path)
+        inputs = expand(source.path, not_read)
         totals = per_source.setdefault(source.name, Counts())
         for item in inputs:
-            counts = _ingest_input(config, store, source, item, rescan)
+            try:
+                if not item.is_hf and (kind := sniff(Path(item.path))) is not None:
+                    decoded.append(f"{item.path} ({kind})")
+                counts = _ingest_input(config, store, source, item, rescan)
+            except (OSError, EOFError) as exc:  # unreadable (permissions, I/O, a gzip cut short): the rest goes on
+                not_read.append(NotRead(item.path, getattr(exc, "strerror", None) or str(exc)))
+                continue
             if counts is None:
                 files_unchanged += 1
                 continue
@@ -106,11 +115,17 @@ def run(
         "files_unchanged": files_unchanged,
         "per_source": {name: c.as_dict() for name, c in per_source.items()},
         "trajectories_in_store": store.scalar("SELECT count(*) FROM trajectories"),
+        "paths_not_read": [{"path": entry.path, "reason": entry.reason} for entry in not_read],
+        "files_decoded": decoded,
     }
     summary = (
         f"read {total.records_read} records from {files_read} files ({files_unchanged} unchanged, skipped): "
         f"{total.added} added, {total.duplicates} duplicates, {total.quarantined} quarantined"
     )
+    if decoded:
+        summary += f"; read as UTF-8 from: {', '.join(decoded)}"
+    if not_read:
+        summary += f"; {len(not_read)} path(s) NOT read: " + "; ".join(f"{e.path} ({e.reason})" for e in not_read)
     table = [{"source": name, **c.as_dict()} for name, c in per_source.items()]
     return StageResult("ingest", metrics=metrics, summary=summary, tables={"ingest-counts": table})
 
@@ -136,8 +151,9 @@ def _ingest_input(
     cfg = config.ingest
     chosen: FormatAdapter | None = _forced_adapter(source)
     label = Path(item.path).name
+    plain = item.is_hf or sniff(Path(item.path)) is None  # the fast path maps the file's bytes as UTF-8 lines
     with progress_bar(f"ingest {label}", total=None) as advance:
-        if cfg.sql_fast_path and not item.is_hf and Path(item.path).suffix.lower() in JSONL_SUFFIXES:
+        if cfg.sql_fast_path and plain and not item.is_hf and Path(item.path).suffix.lower() in JSONL_SUFFIXES:
             adapter = chosen or _detect_jsonl(Path(item.path))
             if adapter is not None and adapter.name == jsonl_sql.FORMAT:
                 _ingest_jsonl_sql(config, store, source, item, digest, adapter, counts, advance)

@@ -42,6 +42,7 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.config.split import POOLS, SplitConfig, TargetSelection
+from pipeline.errors import UserFixableError
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.schema import THOUGHT
@@ -131,7 +132,17 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
     return splits, targets
 
 
+def require_filtered(store: Store) -> None:
+    """Pools are drawn from the kept trajectories: before `filter` there are none, and a split that
+    assigns nothing must say why rather than pass as done."""
+    if not store.scalar("SELECT count(*) FROM trajectories"):
+        raise UserFixableError("the store holds no trajectory: run `simulacra ingest` first")
+    if not store.scalar("SELECT count(*) FROM filter_state"):
+        raise UserFixableError("no trajectory has been filtered yet: run `simulacra filter` first")
+
+
 def run(config: SimulacraConfig, store: Store) -> StageResult:
+    require_filtered(store)
     config_hash = config.section_hash(STAGE)
     splits_sql, targets_sql = _desired_sql(config.split, config_hash)
     with store.transaction() as tx:

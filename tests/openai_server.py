@@ -24,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 FaultKind = Literal[
-    "rate_limit", "server_error", "unavailable", "hang", "reset", "truncated", "empty_choices", "answer", "unauthorized"
+    "rate_limit", "server_error", "unavailable", "hang", "reset", "truncated", "empty_choices", "answer", "unauthorized",
+    "unauthorized_masked",
 ]
 
 
@@ -33,7 +34,8 @@ class Fault:
     """One injected misbehaviour. `answer` replaces the scripted text with `text` (e.g. a judge score
     out of range); `rate_limit` sends `Retry-After: retry_after` with its 429; `unauthorized` is a 401
     whose message quotes the Authorization header it got, as careless servers do (the client must
-    keep the key out of what it records all the same)."""
+    keep the key out of what it records all the same); `unauthorized_masked` quotes it masked, as
+    OpenAI does (`sk-canar****...2ad4`: its first 8 characters and last 4)."""
 
     kind: FaultKind
     retry_after: float | None = None
@@ -170,8 +172,10 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             elif fault.kind in ("server_error", "unavailable"):
                 status = 500 if fault.kind == "server_error" else 503
                 self._send_json(status, {"error": {"message": f"injected {fault.kind}", "type": "server_error"}})
-            elif fault.kind == "unauthorized":
-                quoted = f"Incorrect API key provided: {entry.authorization}"
+            elif fault.kind in ("unauthorized", "unauthorized_masked"):
+                key = (entry.authorization or "").removeprefix("Bearer ")
+                shown = entry.authorization if fault.kind == "unauthorized" else f"{key[:8]}****...{key[-4:]}"
+                quoted = f"Incorrect API key provided: {shown}"
                 self._send_json(401, {"error": {"message": quoted, "type": "invalid_request_error"}})
             elif fault.kind == "hang":
                 server._closing.wait(server.hang_s)

@@ -36,11 +36,17 @@ CASES = [
     ("cpt after the keep ratios changed", [["ingest", TERMINAL], ["filter"], ["score"], ["split"]],
      ["--set", "score.keep_ratios.echo=0.9", "cpt"],
      "cpt: 452 turn(s) of pool 'cpt' were scored under another `score` config or scorer version"),
+    ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
+    ("split before filter", [["ingest", TERMINAL]], ["split"],
+     "split: no trajectory has been filtered yet: run `simulacra filter` first"),
+    ("a workspace that cannot be written", [], ["--set", f"workspace.path={REPO}/pyproject.toml/ws", "split"],
+     f"split: cannot write the store {REPO}/pyproject.toml/ws/simulacra.duckdb (Not a directory): set `workspace.path` "
+     "to a folder you can write, or fix its permissions"),
     ("ingest of a missing path", [], ["ingest", "/nonexistent/runs"],
      "ingest: /nonexistent/runs: no such file, folder or glob match"),
     ("stats before any data", [], ["stats"],
      "stats: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first"),
-    ("stats of a store an older version wrote", [["split"], forget_migration], ["stats"],
+    ("stats of a store an older version wrote", [["ingest", TERMINAL], forget_migration], ["stats"],
      "stats: {workspace}/simulacra.duckdb lacks migration(s) 3 (pool group keys), and a read-only command cannot "
      "apply them: run a command that writes to it first (e.g. `simulacra split`)"),
 ]
@@ -79,3 +85,21 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr == "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first\n"
+
+
+def test_a_config_error_keeps_each_field_on_one_line_whatever_the_terminal_width(tmp_path):
+    """Issue 20.19: the field line used to wrap at the console's 80 columns."""
+    result = simulacra(tmp_path, "--set", "sft.judge.endpoint.base_url=http://user:SECRET@gpu-node.example.org:8000/v1", "split")
+    assert result.exit_code == 2
+    header, field = result.stderr.splitlines()
+    assert header == "config error: <defaults> (with overrides): invalid configuration"
+    assert len(field) > 80 and field.startswith("  field `sft.judge.endpoint.base_url`: the URL holds credentials")
+    assert field.endswith("or in a Prefect Secret block (`api_key_secret`)") and "SECRET" not in result.stderr
+
+
+def test_credentials_in_a_url_stop_a_pipeline_run_before_prefect_records_its_parameters(tmp_path):
+    """Issue 20.10: the flow run's parameters hold the overrides; the refusal comes before the flow starts."""
+    result = simulacra(tmp_path, "run", "--stages", "ingest", "--set", "evaluate.judge.endpoint.base_url=http://u:SECRET@host/v1")
+    assert result.exit_code == 2 and "SECRET" not in result.stderr
+    assert "field `evaluate.judge.endpoint.base_url`: the URL holds credentials (user info)" in result.stderr
+    assert not (tmp_path / "prefect").exists()

@@ -6,6 +6,7 @@ cross-entropy must fall.
 """
 
 import json
+import shutil
 import math
 import os
 import random
@@ -212,6 +213,17 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
         assert store.scalar("SELECT count(*) FROM checkpoints") == 1
     assert again.summary.startswith("already trained")
     assert again.metrics["global_step"] == 24
+
+    # Killed after the last checkpoint was on disk, before metrics.json (issue 20.12): the rerun finishes
+    # from checkpoint-24 without another optimizer step, to the same model.
+    (run_dir / "metrics.json").unlink()
+    shutil.rmtree(run_dir / "model")
+    with Store(config.workspace.database_path) as store:
+        finished = cpt.run(config, store)
+    assert (finished.metrics["resumed_from_step"], finished.metrics["first_step_this_run"],
+            finished.metrics["global_step"]) == (24, None, 24)
+    assert finished.metrics["eval_observation_ce_after"] == pytest.approx(metrics["eval_observation_ce_after"], rel=1e-5)
+    assert finished.metrics["eval_observation_ce_before"] == metrics["eval_observation_ce_before"]
 
 
 def test_training_reads_only_the_prepared_files_and_the_data_side_records_it(tmp_path):

@@ -261,3 +261,31 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
         assert overall[model]["score"] == pytest.approx(75.0)
         assert overall[model]["format"] == pytest.approx(100.0) and overall[model]["factuality"] == pytest.approx(50.0)
     assert {row["domain"] for row in result.tables["evaluate-table"]} >= {"all"}
+
+
+def test_a_judge_request_that_failed_is_asked_again_by_the_next_run(prepared):
+    """Issue 20.11: a tolerated failure (under max_failed_fraction) is recorded, and the next run asks it again."""
+    from stages import evaluate
+    from tests.openai_server import Fault
+
+    root = _copy(prepared, "judge-failed")
+    prediction = "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
+    with OpenAIServer(answer=scripted) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "concurrency": 1, "max_retries": 0, "timeout_s": 30}
+        config = _config(root, fail=False, baseline_history_turns=None,
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 64},
+                         judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0,
+                                                            "max_failed_fraction": 0.5}})
+        folders = [str(root / "base-model")]
+        # The 6 predictions are asked first; then the judge's first two requests are refused.
+        server.faults.extend([Fault("answer", text=prediction)] * 6 + [Fault("unauthorized")] * 2)
+        with Store(config.workspace.database_path) as store:
+            evaluate.run(config, store, checkpoints=folders)
+            failed = store.scalar("SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'")
+            before = len(server.log)
+            evaluate.run(config, store, checkpoints=folders)
+            judged_again = [e for e in server.log[before:] if e.body["model"] == "judge-model"]
+            still_failed = store.scalar("SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'")
+    assert failed == 2
+    assert len(judged_again) == 2 and all(e.outcome == "answered" for e in judged_again)
+    assert still_failed == 0

@@ -118,3 +118,11 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
 
         again = rl.run(config, store)
     assert again.summary.startswith("already trained")
+
+    # Killed after the last checkpoint, before trained.json (issue 20.12): no GSPO step beyond max_steps.
+    (run_dir / rl.METRICS_FILE).unlink()
+    (run_dir / rl.TRAINED_FILE).unlink()
+    with Store(config.workspace.database_path) as store:
+        finished = rl.run(config, store).metrics
+    assert (finished["resumed_from_step"], finished["first_step_this_run"], finished["global_step"]) == (
+        RL_FIELDS["max_steps"], None, RL_FIELDS["max_steps"])

@@ -1,5 +1,6 @@
 """The tiny offline model: a real tokenizer and a real random Qwen3/Llama, saved and reloaded as HF folders."""
 
+import os
 import random
 
 import pytest
@@ -133,3 +134,55 @@ def test_training_dtype():
     assert training_dtype("bfloat16") == torch.bfloat16
     bf16_gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     assert training_dtype("auto") == (torch.bfloat16 if bf16_gpu else torch.float32)
+
+
+def test_two_builds_from_the_same_text_at_different_paths_have_one_identity(corpus, tmp_path):
+    """Issue 20.13: the corpus is often a temporary file; its path must not reach the model's identity."""
+    import json
+    import shutil
+
+    elsewhere = tmp_path / "tmp-4f2a9c" / "corpus.txt"
+    elsewhere.parent.mkdir()
+    shutil.copy(corpus, elsewhere)
+    config = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2)
+    first = build_tiny_model(config, [corpus], tmp_path / "a" / "tiny")
+    second = build_tiny_model(config, [elsewhere], tmp_path / "b" / "tiny")
+    assert (first / "tiny_model.json").read_text() == (second / "tiny_model.json").read_text()
+    assert str(corpus) not in (first / "tiny_model.json").read_text()
+    assert json.loads((first / "tiny_model.json").read_text())["text_bytes"] == corpus.stat().st_size
+    assert model_identity(str(first)) == model_identity(str(second))
+
+
+def test_a_checkpoint_is_identified_by_its_content_and_its_run_never_its_path(tiny, tmp_path):
+    """Issue 20.14: a moved workspace keeps its fingerprints; two runs' checkpoints still differ."""
+    import json
+    import shutil
+
+    from pipeline.llm.cache import model_key
+
+    def checkpoint(workspace, fingerprint):
+        run = workspace / "runs" / "cpt" / fingerprint
+        shutil.copytree(tiny, run / "model")
+        (run / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "inputs": {}}))
+        return str(run / "model")
+
+    original = checkpoint(tmp_path / "ws", "cpt-1")
+    moved = checkpoint(tmp_path / "moved" / "ws", "cpt-1")
+    retrained = checkpoint(tmp_path / "ws", "cpt-2")
+    assert model_identity(original) == model_identity(moved) != model_identity(retrained)
+    assert model_key("transformers", original) == model_key("transformers", moved) != model_key("transformers", retrained)
+    assert model_key("openai", "served-name") == "served-name"
+
+
+def test_a_build_killed_mid_save_leaves_no_folder_behind_for_good(corpus, tmp_path):
+    """Issue 20.15: `<name>.partial-<pid>` of a dead build is removed by the next build; a live one's is kept."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f"tiny.partial-{int(dead.stdout)}"
+    (abandoned / "half-written").mkdir(parents=True)
+    running = tmp_path / f"tiny.partial-{os.getppid()}"
+    running.mkdir()
+    build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2), [corpus], tmp_path / "tiny")
+    assert not abandoned.exists() and running.exists()

@@ -17,6 +17,7 @@ from pipeline.config.base import Section
 from pipeline.config.cpt import CPTConfig
 from pipeline.config.evaluate import EvaluateConfig
 from pipeline.config.export import ExportConfig
+from pipeline.config.llm import CREDENTIALS_IN_URL
 from pipeline.config.filter import FilterConfig
 from pipeline.config.ingest import IngestConfig
 from pipeline.config.model import ModelConfig
@@ -59,6 +60,8 @@ def _describe(error: dict[str, Any]) -> str:
         return f"field `{field}`: unknown key (misspelt? see `simulacra config --defaults` for valid keys)"
     if kind == "missing":
         return f"field `{field}`: required but missing"
+    if kind == CREDENTIALS_IN_URL:  # the value is the secret: never shown
+        return f"field `{field}`: {error['msg']}"
     given = error.get("input")
     shown = repr(given) if not isinstance(given, dict) else "a mapping"
     return f"field `{field}`: {error['msg']} (got {shown})"

@@ -4,12 +4,21 @@ that calls a model").
 Not a top-level section: a stage embeds one `EndpointConfig` per role that calls a model (the sft
 section's `generator` and `judge`; later the rl judge and evaluation). The API key itself is never a
 field: only where to find it (`api_key_env`, `api_key_secret`), so the key cannot reach a config
-dump, a section hash or a fingerprint.
+dump, a section hash or a fingerprint. A `base_url` holding credentials (user info, a key in its
+query) is refused: it would be stored whole wherever the config goes (a Prefect flow run's
+parameters), and the SDK would send it instead of the Bearer key.
 """
 
-from typing import Literal
+# Query parameters that carry a credential (Azure's `api-key`, `?key=`, signed URLs' `sig`).
+CREDENTIAL_PARAMETERS = ("key", "api_key", "api-key", "apikey", "token", "access_token", "secret", "password", "sig")
+# The error type `pipeline.config` recognises to leave the offending value out of its message.
+CREDENTIALS_IN_URL = "credentials_in_url"
 
-from pydantic import Field, model_validator
+from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from pipeline.config.base import Section
 
@@ -21,12 +30,6 @@ class EndpointConfig(Section):
         "configured. `openai`: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, SGLang, Ollama) "
         "over HTTP. `transformers`: a local Hugging Face causal LM, batched `generate` in this process "
         "(on the GPU when there is one).",
-    )
-    base_url: str | None = Field(
-        default=None,
-        description="openai: the endpoint's base URL up to `/v1` (e.g. `http://gpu-node:8000/v1` for "
-        "`vllm serve`); None means the OpenAI API. Not part of the cache key: the same model served "
-        "elsewhere answers the same requests.",
     )
     model: str | None = Field(
         default=None,
@@ -42,6 +45,13 @@ class EndpointConfig(Section):
         default=None,
         description="openai: name of a Prefect Secret block holding the API key; read only when set, and "
         "then it wins over `api_key_env`.",
+    )
+    # After the key's fields: its validator names the variable the key belongs in.
+    base_url: str | None = Field(
+        default=None,
+        description="openai: the endpoint's base URL up to `/v1` (e.g. `http://gpu-node:8000/v1` for "
+        "`vllm serve`); None means the OpenAI API. Not part of the cache key: the same model served "
+        "elsewhere answers the same requests.",
     )
     temperature: float = Field(
         default=1.0,
@@ -112,6 +122,24 @@ class EndpointConfig(Section):
         default="auto",
         description="transformers: torch device; `auto` is the first CUDA GPU when there is one, else CPU.",
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, url: str | None, info) -> str | None:
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        named = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if name.lower() in CREDENTIAL_PARAMETERS]
+        if parts.username is None and parts.password is None and not named:
+            return url
+        where = "user info" if parts.username is not None or parts.password is not None else f"query parameter `{named[0]}`"
+        variable = info.data.get("api_key_env") or "OPENAI_API_KEY"
+        raise PydanticCustomError(
+            CREDENTIALS_IN_URL,
+            "the URL holds credentials ({where}): remove them and put the key in the environment variable "
+            "{variable} (`api_key_env`), or in a Prefect Secret block (`api_key_secret`)",
+            {"where": where, "variable": variable},
+        )
 
     @model_validator(mode="after")
     def _openai_needs_a_model(self) -> "EndpointConfig":

@@ -6,6 +6,7 @@ types to runs) and parses each record into a `Trajectory`. Parsing raises `Recor
 malformed record; the ingest stage quarantines it with its location and goes on.
 """
 
+import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from pipeline.formats.file_encoding import sniff, utf8_bytes
 from pipeline.store.schema import RecordError, Trajectory
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -91,19 +93,21 @@ def jsonl_document(line: bytes, location: str) -> Document | Malformed:
 
 
 def iter_documents(path: Path) -> Iterator[Document | Malformed]:
-    """Yield the documents of one file, or `Malformed` for the parts that cannot be decoded."""
+    """Yield the documents of one file, or `Malformed` for the parts that cannot be decoded. A file
+    that is gzip-compressed or not UTF-8 (pipeline/formats/file_encoding.py) is read as UTF-8 first."""
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         yield from _parquet_documents(path)
         return
+    encoded = sniff(path) is not None
     if suffix in JSONL_SUFFIXES:
-        with path.open("rb") as handle:
+        with path.open("rb") if not encoded else io.BytesIO(utf8_bytes(path)) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 yield jsonl_document(line, f"{path}:{number}")
         return
-    data = path.read_bytes()
+    data = path.read_bytes() if not encoded else utf8_bytes(path)
     if suffix in YAML_SUFFIXES:
         yield _yaml_document(path, data)
         return

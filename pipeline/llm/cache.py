@@ -16,6 +16,8 @@ import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -34,11 +36,32 @@ def sampling_parameters(endpoint: EndpointConfig) -> dict[str, Any]:
     }
 
 
+def model_key(backend: str, model: str | None) -> str | None:
+    """The model as the cache key names it: a served name as is; a local folder of the transformers
+    backend by its content (pipeline/training/models.py `model_identity`), not its path, so a moved
+    workspace's CPT checkpoint answers from the same entries."""
+    if backend != "transformers" or model is None or not Path(model).is_dir():
+        return model
+    from pipeline.training.models import IDENTITY_FILES, RUN_FINGERPRINT
+
+    files = [Path(model) / name for name in IDENTITY_FILES] + [Path(model).parent / RUN_FINGERPRINT]
+    return _folder_key(model, tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None for f in files))
+
+
+@lru_cache(maxsize=64)
+def _folder_key(model: str, stats: tuple) -> str:
+    """Once per folder state (`stats`: its identity files' times and sizes): a request record is
+    built per request, and a tokenizer file can be megabytes."""
+    from pipeline.training.models import model_identity
+
+    return f"local:{model_identity(model)}"
+
+
 def request_record(endpoint: EndpointConfig, request: ChatRequest) -> dict[str, Any]:
     """Everything that determines the answer (and nothing secret): hashed for the key, stored with it."""
     return {
         "backend": endpoint.backend,
-        "model": endpoint.model,
+        "model": model_key(endpoint.backend, endpoint.model),
         "messages": [dict(message) for message in request.messages],
         "sampling": sampling_parameters(endpoint),
         "response_format": request.response_format,

@@ -14,7 +14,9 @@
    only those: the server may have answered them, this process never committed them, and the
    rerun asks them again. Nothing committed is ever asked again.
 A failed request never raises: it comes back with `text=None` and its `error`, and counts in the
-tally; `check_failures()` turns too many of them into `EndpointFailed`.
+tally; `check_failures()` turns too many of them into `EndpointFailed`. A failure is recorded but is
+not an answer: the next run asks it again. Every answer and error text is redacted
+(pipeline/llm/credentials.py) before anything sees it: the store, the log, the acceptor, the stage.
 """
 
 import asyncio
@@ -27,7 +29,8 @@ from typing import Any, Protocol
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.cache import AnswerCache, GroupCommit, SettledRequest, cache_key, request_record
 from pipeline.llm.chat import ChatAnswer, ChatRequest, Completion
-from pipeline.llm.credentials import api_key, public_url
+from pipeline.errors import UserFixableError
+from pipeline.llm.credentials import api_key, public_url, redact
 from pipeline.llm.retry import EndpointError, RetryPolicy
 from pipeline.llm.tally import RequestTally
 from pipeline.progress import progress_bar
@@ -42,8 +45,9 @@ log = logging.getLogger(__name__)
 Acceptor = Callable[[str], str | None]
 
 
-class EndpointFailed(RuntimeError):
-    """More than `max_failed_fraction` of a stage's requests failed."""
+class EndpointFailed(UserFixableError):
+    """More than `max_failed_fraction` of a stage's requests failed: the user fixes the endpoint (its
+    URL, its key, the server) and reruns; the failed requests are asked again."""
 
 
 class Backend(Protocol):
@@ -156,9 +160,11 @@ class ChatClient:
         try:
             completions = await send([item.request for item in items])
         except EndpointError as error:
-            return [error] * len(items)
+            return [EndpointError(error.kind, redact(error.detail), error.retryable, error.retry_after_s)] * len(items)
         outcomes: list[Completion | EndpointError] = []
         for completion in completions:
+            # An echoed Authorization header (a debugging proxy) must not reach the store or a judge.
+            completion = Completion(redact(completion.text), completion.prompt_tokens, completion.completion_tokens)
             reason = accept(completion.text) if accept else None
             outcomes.append(completion if reason is None else EndpointError("rejected answer", reason, retryable=True))
         return outcomes
@@ -178,6 +184,7 @@ class ChatClient:
             return ChatAnswer(item.key, outcome.text, None, False, outcome.prompt_tokens, outcome.completion_tokens)
         self.tally.failed += 1
         self.tally.errors[outcome.kind] += 1
+        self.tally.examples.setdefault(outcome.kind, outcome.detail)
         log.warning("%s: request failed after %d attempt(s): %s", self.role, item.attempts, outcome)
         return ChatAnswer(item.key, None, str(outcome), False, None, None)
 
@@ -186,11 +193,20 @@ class ChatClient:
         if self.tally.failed_fraction <= self.endpoint.max_failed_fraction:
             return
         kind, count = self.tally.commonest_error() or ("unknown", 0)
+        example = self.tally.examples.get(kind, "")
         raise EndpointFailed(
             f"{self.role}: {self.tally.failed} of {self.tally.requests} requests to {self.describe()} failed "
             f"({self.tally.failed_fraction:.0%}, more than max_failed_fraction {self.endpoint.max_failed_fraction:.0%}); "
-            f"commonest error: {kind} ({count} times)"
+            f"commonest error: {kind} ({count} times): {' '.join(example.split())[:300]}; "
+            f"fix the endpoint{self._key_hint()} and rerun: failed requests are asked again"
         )
+
+    def _key_hint(self) -> str:
+        if self.endpoint.backend != "openai":
+            return ""
+        if self.endpoint.api_key_secret:
+            return f" or the key in Prefect Secret block {self.endpoint.api_key_secret!r}"
+        return f" or the key in ${self.endpoint.api_key_env}" if self.endpoint.api_key_env else ""
 
 
 def open_client(endpoint: EndpointConfig, store: Store, role: str, seed: int = 0) -> ChatClient:

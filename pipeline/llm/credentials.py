@@ -1,17 +1,36 @@
 """Where the API key comes from, and keeping it out of everything written.
 
 The key lives in the process only: in the SDK client's header. It is never a config field, never
-in the cache key, the store, a log line or an exception message: every error text that leaves a
-backend passes through `redact`. A base URL is shown without user info or query (they can carry
-credentials too).
+in the cache key, the store, a log line or an exception message. Every key `api_key` hands out is
+remembered for this process, and `redact` replaces every recognisable form of every one of them:
+the key verbatim, and the masked forms servers quote back (OpenAI's 401 says
+`sk-canar****...2ad4`: a prefix, a run of `*`/`.`/`…`, a suffix; or only one of the two ends). It
+runs over every error text that leaves a backend and over every answer (an endpoint behind a
+debugging proxy may echo the Authorization header into its answer): what the store, the logs, the
+judge and training see holds `REDACTED` instead, and a sample that held a secret is never trained
+on (pipeline/sft/candidates.py). A base URL is shown without user info or query, and a configured
+one may hold neither (pipeline/config/llm.py): credentials belong in the environment.
 """
 
 import os
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
 
-REDACTED = "[redacted]"
+REDACTED = "[redacted-secret]"
+
+# A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
+_MASK_RUN = re.compile(r"[*.\u2026\u2022]{3,}")
+# The shortest key end that counts as recognisable next to a mask: "sk-" alone names the key's kind, a
+# 4-character suffix is what OpenAI shows. Shorter ends would match ordinary text ("a..." in prose).
+_MIN_PREFIX = 3
+_MIN_SUFFIX = 4
+# Keys shorter than this are not masked-matched (their ends would be most of the key and match prose);
+# their verbatim form is still replaced.
+_MIN_KEY = 12
+
+_known: set[str] = set()
 
 
 class MissingSecret(RuntimeError):
@@ -19,7 +38,15 @@ class MissingSecret(RuntimeError):
 
 
 def api_key(endpoint: EndpointConfig) -> str | None:
-    """The Prefect Secret block when `api_key_secret` is set, else the `api_key_env` variable, else None."""
+    """The Prefect Secret block when `api_key_secret` is set, else the `api_key_env` variable, else None.
+    The key is remembered, so `redact` replaces it wherever this process writes text."""
+    key = _read_key(endpoint)
+    if key:
+        remember_secret(key)
+    return key
+
+
+def _read_key(endpoint: EndpointConfig) -> str | None:
     if endpoint.api_key_secret:
         from prefect.blocks.system import Secret
 
@@ -35,8 +62,54 @@ def api_key(endpoint: EndpointConfig) -> str | None:
     return None
 
 
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
+def remember_secret(secret: str) -> None:
+    _known.add(secret)
+
+
+def _visible_prefix(text: str, end: int, secret: str) -> int:
+    """Length of the longest prefix of `secret` that ends at `end` in `text` (0 below the minimum).
+    Found from where the key's first characters occur just before, not by trying every length."""
+    head = secret[:_MIN_PREFIX]
+    at = text.find(head, max(0, end - len(secret) + 1), end)
+    while at != -1:
+        if secret.startswith(text[at:end]):
+            return end - at
+        at = text.find(head, at + 1, end)
+    return 0
+
+
+def _visible_suffix(text: str, start: int, secret: str) -> int:
+    """Length of the longest suffix of `secret` that starts at `start` in `text` (0 below the minimum)."""
+    tail = secret[-_MIN_SUFFIX:]
+    at = text.rfind(tail, start, start + len(secret) - 1)
+    while at != -1:
+        if secret.endswith(text[start : at + len(tail)]):
+            return at + len(tail) - start
+        at = text.rfind(tail, start, at + len(tail) - 1)
+    return 0
+
+
+def _redact_masked(text: str, secret: str) -> str:
+    """Replace each mask run with a recognisable end of `secret` beside it, ends included. Scans the
+    mask runs and compares their neighbours, rather than one regex alternative per prefix length:
+    linear in the text, and `redact` runs on every answer."""
+    pieces, kept_to = [], 0
+    for run in _MASK_RUN.finditer(text):
+        before = _visible_prefix(text, run.start(), secret)
+        after = _visible_suffix(text, run.end(), secret)
+        if (before or after) and run.start() - before >= kept_to:
+            pieces += [text[kept_to : run.start() - before], REDACTED]
+            kept_to = run.end() + after
+    return "".join(pieces) + text[kept_to:] if pieces else text
+
+
+def redact(text: str, secret: str | None = None) -> str:
+    """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`."""
+    for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
+        text = text.replace(key, REDACTED)
+        if len(key) >= _MIN_KEY:
+            text = _redact_masked(text, key)
+    return text
 
 
 def public_url(url: str) -> str:

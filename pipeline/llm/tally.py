@@ -14,6 +14,7 @@ class RequestTally:
     prompt_tokens: int = 0  # as reported by the endpoint, fresh answers only
     completion_tokens: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # final failures by kind
+    examples: dict[str, str] = field(default_factory=dict)  # the first failure's detail per kind (redacted)
 
     @property
     def failed_fraction(self) -> float:

@@ -178,7 +178,8 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         # exports: they are copies of a trained checkpoint (never evaluated twice), and export follows
         # evaluate, so counting them would make each run of the pipeline invalidate the next.
         "checkpoints": store.table_fingerprint(
-            "(SELECT * FROM checkpoints WHERE stage <> 'export') AS c", "checkpoint_id, fingerprint, path"
+            # Not the path: a moved workspace re-registers its checkpoints under the new one.
+            "(SELECT * FROM checkpoints WHERE stage <> 'export') AS c", "checkpoint_id, fingerprint"
         ),
         "base_model": base,
         # Rubrics and judge prompts are data files, not modules: the code digest does not see them.

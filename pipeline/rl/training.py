@@ -21,7 +21,13 @@ from typing import Any
 from pipeline.progress import progress_bar
 from pipeline.rl.prompts import RLPrompt
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
-from pipeline.training.checkpoints import AtomicCheckpoints, resume_checkpoint, save_model_atomic
+from pipeline.training.checkpoints import (
+    AtomicCheckpoints,
+    checkpoint_step,
+    finish_without_training,
+    resume_checkpoint,
+    save_model_atomic,
+)
 from pipeline.training.models import load_causal_lm, training_dtype
 from pipeline.training.tiny_model import IM_END
 from pipeline.training.trainer import run_callbacks
@@ -120,7 +126,7 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
         """GRPOTrainer with checkpoints that appear whole or not at all."""
 
     resume = resume_checkpoint(trainer_dir)
-    resumed_from = int(Path(resume).name.split("-")[-1]) if resume else None
+    resumed_from = checkpoint_step(resume)
     args = grpo_arguments(config, trainer_dir, rewards.weights)
     model = load_causal_lm(base_ref, config.model.dtype, config.model.trust_remote_code)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
@@ -137,7 +143,10 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
             callbacks=callbacks,
         )
         trainer.remove_callback(PrinterCallback)
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if resumed_from is not None and resumed_from >= config.rl.max_steps:
+            finish_without_training(trainer, resume)  # killed after its last checkpoint: nothing left to train
+        else:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     # Generation must stop where an observation ends, as after SFT.
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     eos = trainer.model.generation_config.eos_token_id

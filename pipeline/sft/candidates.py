@@ -7,6 +7,8 @@ and the judge would then score a text the generator never wrote as an observatio
 
 Rules, in order (the first that fails is the status):
 - `generation_failed`: the request failed after its retries (no text);
+- `held_secret`: the answer held an API key (an endpoint echoing the Authorization header), which
+  the client redacted (pipeline/llm/credentials.py): never judged, never trained on;
 - `missing_think`: the text does not begin with `<think>` (leading whitespace allowed);
 - `unclosed_think`: no `</think>`;
 - `extra_think_tag`: more than one `<think>` or `</think>` (a nested or repeated block);
@@ -18,6 +20,8 @@ The thinking is stripped of surrounding whitespace.
 """
 
 from dataclasses import dataclass
+
+from pipeline.llm.credentials import REDACTED
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -38,6 +42,8 @@ class ParsedCandidate:
 def parse_candidate(text: str | None) -> ParsedCandidate:
     if text is None:
         return ParsedCandidate("generation_failed")
+    if REDACTED in text:
+        return ParsedCandidate("held_secret")
     body = text.lstrip()
     if not body.startswith(THINK_OPEN):
         return ParsedCandidate("missing_think")

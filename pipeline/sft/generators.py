@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
+from pipeline.llm.cache import model_key
 from pipeline.rewards.semantic import ROUGE_STEP
 from pipeline.sft.queries import Query
 from pipeline.sft.sampling import (
@@ -28,8 +29,10 @@ def thinking_budget(config: GeneratorConfig) -> int | None:
 
 
 def _output_shaping(endpoint) -> tuple:
-    """What changes an endpoint's answers (the cache key's view): not its URL, key or concurrency."""
-    return (endpoint.backend, endpoint.model, endpoint.temperature, endpoint.top_p, endpoint.max_tokens, endpoint.seed)
+    """What changes an endpoint's answers (the cache key's view): not its URL, key or concurrency, nor
+    a local model's path (its content: a moved workspace keeps its candidates)."""
+    model = model_key(endpoint.backend, endpoint.model)
+    return (endpoint.backend, model, endpoint.temperature, endpoint.top_p, endpoint.max_tokens, endpoint.seed)
 
 
 def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
@@ -37,8 +40,9 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
         # The index is the cpt pool: a changed pool retrieves differently.
         return f"retrieval#{digest(config.history_turns, pools)}"
     endpoint = resolved_endpoint(config.endpoint, base_ref)
+    model = model_key(endpoint.backend, endpoint.model)
     shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
-    return f"{endpoint.backend}:{endpoint.model}#{digest(*shaping)}"
+    return f"{endpoint.backend}:{model}#{digest(*shaping)}"
 
 
 def judge_label(config: JudgeConfig) -> str:

@@ -12,6 +12,9 @@ Every row has an id hashed from what determines it (query, generator or judge, s
 candidates compared), and every step first reads which of its rows exist: a rerun after a kill
 does only what is missing. An LLM answer that arrived before the kill but whose row was not yet
 committed is in the client's cache (pipeline/llm/cache.py), so it is not asked again.
+A request that failed (a 401, a dead endpoint) is recorded but is not done: its candidate or
+judgement row is asked again by the next run, and a query with such a row is left undecided (no
+`sft_samples` row), so fixing the endpoint and rerunning finishes it.
 
 Generators and judges are named by a label plus a digest of everything that shapes their output
 (model, sampling parameters, prompt and rubric files), so a changed prompt produces new rows
@@ -33,6 +36,8 @@ from pipeline.sft.queries import Query
 from pipeline.sft.selection import Contender, Selection, decide, ranked
 
 GENERATOR_PROMPT = "sft_generator"
+FAILED_CANDIDATE = "parse_status = 'generation_failed'"
+FAILED_JUDGEMENT = "invalid_reason LIKE 'request failed:%'"  # pipeline/sft/judging.py's validate_*
 JUDGE_PROMPTS = ("sft_judge_pointwise", "sft_judge_pairwise")
 
 
@@ -120,17 +125,20 @@ class RejectionSampler:
         return self.tally
 
     # -- 1. candidates ----------------------------------------------------------------------------
-    def _existing(self, table: str, column: str, ids: list[str]) -> set[str]:
+    def _existing(self, table: str, column: str, ids: list[str], failed: str) -> set[str]:
+        """The ids among `ids` already done: rows whose request did not fail."""
         if not ids:
             return set()
-        rows = self.store.execute(f"SELECT {column} FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
+        rows = self.store.execute(
+            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[])) AND NOT coalesce({failed}, false)", [ids]
+        )
         return {row[0] for row in rows.fetchall()}
 
     def _candidates(self, batch: list[Query]) -> None:
         for generator in self.generators:
             wanted = [(query, k) for query in batch for k in range(generator.samples)]
             ids = [candidate_id(query.query_id, generator.label, k) for query, k in wanted]
-            have = self._existing("sft_candidates", "candidate_id", ids)
+            have = self._existing("sft_candidates", "candidate_id", ids, FAILED_CANDIDATE)
             todo = [(item, cid) for item, cid in zip(wanted, ids) if cid not in have]
             if not todo:
                 continue
@@ -145,7 +153,7 @@ class RejectionSampler:
                     generated.prompt_tokens, generated.completion_tokens, now,
                 ])
             with self.store.transaction() as tx:
-                tx.executemany("INSERT INTO sft_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                tx.executemany("INSERT OR REPLACE INTO sft_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             self.tally.candidates_generated += len(rows)
 
     def _batch_candidates(self, batch: list[Query]) -> dict[str, list[dict[str, Any]]]:
@@ -174,7 +182,7 @@ class RejectionSampler:
         by_id = {query.query_id: query for query in batch}
         parsed = [(by_id[qid], row) for qid, rows in per_query.items() for row in rows if row["parse_status"] == "ok"]
         ids = [judgement_id("pointwise", self.judge_label, row["candidate_id"]) for _, row in parsed]
-        have = self._existing("judgements", "judgement_id", ids)
+        have = self._existing("judgements", "judgement_id", ids, FAILED_JUDGEMENT)
         todo = [(item, jid) for item, jid in zip(parsed, ids) if jid not in have]
         if not todo:
             return
@@ -188,7 +196,7 @@ class RejectionSampler:
                 verdict.score, None, verdict.valid, verdict.invalid_reason, verdict.raw, now,
             ])
         with self.store.transaction() as tx:
-            tx.executemany("INSERT INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            tx.executemany("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         self.tally.pointwise_judged += len(rows)
 
     def _contenders(self, batch: list[Query]) -> dict[str, tuple[list[Contender], bool]]:
@@ -218,7 +226,7 @@ class RejectionSampler:
             first, second = ranked(contenders)[:2]
             wanted += [(by_id[qid], first, second), (by_id[qid], second, first)]
         ids = [judgement_id("pairwise", self.judge_label, a.candidate_id, b.candidate_id) for _, a, b in wanted]
-        have = self._existing("judgements", "judgement_id", ids)
+        have = self._existing("judgements", "judgement_id", ids, FAILED_JUDGEMENT)
         todo = [(item, jid) for item, jid in zip(wanted, ids) if jid not in have]
         if not todo:
             return
@@ -238,7 +246,7 @@ class RejectionSampler:
             for ((query, a, b), jid), preference in zip(todo, preferences)
         ]
         with self.store.transaction() as tx:
-            tx.executemany("INSERT INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            tx.executemany("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         self.tally.pairwise_judged += len(rows)
 
     # -- 4. selection -----------------------------------------------------------------------------
@@ -251,10 +259,11 @@ class RejectionSampler:
                 [self.selection, list(by_id)],
             ).fetchall()
         }
+        unsettled = self._unsettled(list(by_id))
         now = datetime.now()
         rows = []
         for qid, (contenders, any_parsed) in self._contenders(batch).items():
-            if qid in done:
+            if qid in done or qid in unsettled:
                 continue
             selection = self._decide(contenders, any_parsed)
             query = by_id[qid]
@@ -267,6 +276,22 @@ class RejectionSampler:
             with self.store.transaction() as tx:
                 tx.executemany("INSERT INTO sft_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             self.tally.selections_made += len(rows)
+
+    def _unsettled(self, query_ids: list[str]) -> set[str]:
+        """Queries with a candidate or judgement whose request failed: deciding them now would discard
+        them for good, when the next run against a working endpoint may keep them."""
+        candidates = self._candidate_ids(query_ids)
+        rows = self.store.execute(
+            f"""SELECT query_id FROM sft_candidates WHERE {FAILED_CANDIDATE} AND query_id IN (SELECT unnest(?::VARCHAR[]))
+                AND candidate_id IN (SELECT unnest(?::VARCHAR[]))
+                UNION SELECT query_id FROM judgements WHERE judge = ? AND {FAILED_JUDGEMENT}
+                AND candidate_a IN (SELECT unnest(?::VARCHAR[]))""",
+            [query_ids, candidates, self.judge_label, candidates],
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def _candidate_ids(self, query_ids: list[str]) -> list[str]:
+        return [candidate_id(qid, g.label, k) for qid in query_ids for g in self.generators for k in range(g.samples)]
 
     def _decide(self, contenders: list[Contender], any_parsed: bool) -> Selection:
         if len(contenders) < 2:

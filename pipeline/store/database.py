@@ -47,7 +47,10 @@ class Store:
         if self.read_only and not self.path.is_file():
             raise UserFixableError(f"no store at {self.path}: run `simulacra ingest` first (or check `workspace.path`)")
         if not self.read_only:
-            make_private(self.path.parent)  # the workspace (config/workspace.py)
+            try:
+                make_private(self.path.parent)  # the workspace (config/workspace.py)
+            except OSError as exc:
+                raise self._unwritable(exc.strerror or str(exc)) from None
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
@@ -57,6 +60,8 @@ class Store:
                     make_private_file(self.path)
                 return connection
             except duckdb.IOException as exc:
+                if "permission denied" in str(exc).lower() or "read-only file system" in str(exc).lower():
+                    raise self._unwritable("permission denied" if "permission" in str(exc).lower() else "read-only file system") from None
                 if not _is_lock_error(exc) or time.monotonic() > deadline:
                     if _is_lock_error(exc):
                         raise StoreBusy(
@@ -66,6 +71,12 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _unwritable(self, reason: str) -> UserFixableError:
+        return UserFixableError(
+            f"cannot write the store {self.path} ({reason}): set `workspace.path` to a folder you can write, "
+            "or fix its permissions"
+        )
 
     def close(self) -> None:
         if self._connection is not None:

@@ -6,6 +6,7 @@ content digest, which is how the nightly refresh knows a file is unchanged.
 
 import glob
 import hashlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,20 +57,39 @@ def _hf_dataset(uri: str):
     return datasets.load_dataset(name, split=split or "train")
 
 
-def expand(spec: str) -> list[Input]:
-    """The inputs a path, folder, glob or hf:// URI stands for, in a stable order."""
+@dataclass(frozen=True)
+class NotRead:
+    """A path ingestion was pointed at (or found in a folder) and could not read, and why."""
+
+    path: str
+    reason: str
+
+
+def expand(spec: str, not_read: list[NotRead] | None = None) -> list[Input]:
+    """The inputs a path, folder, glob or hf:// URI stands for, in a stable order. A folder that
+    cannot be listed is appended to `not_read` with the reason (pathlib's rglob skips it silently)."""
     if spec.startswith("hf://"):
         return [Input(spec, 0)]
     path = Path(spec).expanduser()
     if path.is_file():
         return [Input(str(path), path.stat().st_size)]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if _is_data_file(p))
+        files = sorted(_folder_files(path, not_read if not_read is not None else []))
     else:
         files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if _is_data_file(Path(p)))
     if not files and not path.is_dir():
         raise InputNotFound(f"{spec}: no such file, folder or glob match")
     return [Input(str(p), p.stat().st_size) for p in files]
+
+
+def _folder_files(folder: Path, not_read: list[NotRead]) -> Iterator[Path]:
+    def unlisted(error: OSError) -> None:
+        not_read.append(NotRead(str(error.filename), error.strerror or str(error)))
+
+    for root, _, names in os.walk(folder, onerror=unlisted, followlinks=True):
+        for name in names:
+            if _is_data_file(candidate := Path(root) / name):
+                yield candidate
 
 
 def _is_data_file(path: Path) -> bool:

@@ -190,6 +190,26 @@ def resume_checkpoint(trainer_dir: Path) -> Path | None:
     return newest
 
 
+def checkpoint_step(folder: Path | None) -> int | None:
+    """The global step a `checkpoint-<step>` folder was saved at; None for no folder."""
+    return _step(Path(folder)) if folder is not None else None
+
+
+def finish_without_training(trainer, checkpoint: Path) -> None:
+    """Make `trainer` what `train` would have left had it stopped at `checkpoint`, the run's last step.
+
+    Resumed from a checkpoint already at `max_steps`, transformers' loop still runs one optimizer
+    step (it checks the limit after a step, not before): a kill between the last checkpoint and the
+    stage's completion file would make every rerun train one step more. So the stage does not call
+    `train` then: the checkpoint's weights (`_load_from_checkpoint`: plain, sharded and adapter
+    layouts) and its trainer state (global step, log history) are loaded instead, and the stage
+    goes on to evaluate and save as after training."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(str(checkpoint))
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE))
+
+
 class AtomicCheckpoints:
     """Trainer mixin: each checkpoint is written under `staging/` and renamed into place when whole.
 

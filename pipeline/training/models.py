@@ -5,6 +5,7 @@ Trainer decides placement and sharding; a `.to(device)` here would break it.
 """
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from pipeline.training.tiny_model import IM_END, IM_START
 # builder's seed for the tiny model, and by the GGUF file's digest for a converted one; hashing
 # gigabytes of weights per run would cost more than it tells).
 IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "tiny_model.json", GGUF_SOURCE_FILE)
+# Beside a training stage's `model` folder: the run's fingerprint (pipeline/training/runs.py).
+RUN_FINGERPRINT = "fingerprint.json"
 
 
 def tiny_model_dir(config: Any) -> Path:
@@ -59,16 +62,23 @@ def base_model_identity(config: Any, digests=None) -> str:
 def model_identity(ref: str) -> str:
     """A short digest that changes when the model a name or path refers to changes.
 
-    A local folder is identified by its config and tokenizer files; a hub name by the name itself
-    (a pinned revision belongs in the name: `org/model@rev` is not supported by from_pretrained,
-    so pin by downloading to a folder)."""
+    A local folder is identified by what it holds, never by its path (a moved or copied workspace
+    keeps every fingerprint): its config and tokenizer files, and, for a training stage's output
+    (`<run folder>/model`), the fingerprint of the run that trained it (`fingerprint.json` beside
+    it), which tells two checkpoints of one architecture apart without hashing their weights. A hub
+    name is identified by the name itself (a pinned revision belongs in the name: `org/model@rev` is
+    not supported by from_pretrained, so pin by downloading to a folder)."""
     path = Path(ref)
-    digest = hashlib.sha256(ref.encode())
-    if path.is_dir():
-        for name in IDENTITY_FILES:
-            if (path / name).is_file():
-                digest.update(name.encode())
-                digest.update((path / name).read_bytes())
+    if not path.is_dir():
+        return hashlib.sha256(ref.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(b"local folder")
+    for name in IDENTITY_FILES:
+        if (path / name).is_file():
+            digest.update(name.encode())
+            digest.update((path / name).read_bytes())
+    run = path.parent / RUN_FINGERPRINT
+    if run.is_file():
+        digest.update(json.loads(run.read_text())["fingerprint"].encode())
     return digest.hexdigest()[:16]
 
 

@@ -7,6 +7,7 @@ config is avoided on purpose: `AutoTokenizer` would load `Qwen2Tokenizer` for it
 Qwen's pre-tokenizer and silently changes token ids.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -118,6 +119,25 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def _remove_abandoned_builds(out_dir: Path) -> None:
+    """Delete `<name>.partial-<pid>` folders of builds whose process is gone (killed mid-save), which
+    nothing else would ever remove; a build still running elsewhere keeps its folder."""
+    for partial in out_dir.parent.glob(f"{out_dir.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def build_tiny_model(config: TinyModelConfig, text_files: Sequence[Path], out_dir: Path) -> Path:
     """Train the tokenizer on `text_files`, create the model, save both as one HF folder at `out_dir`.
 
@@ -137,15 +157,21 @@ def build_tiny_model(config: TinyModelConfig, text_files: Sequence[Path], out_di
     tokenizer = train_tokenizer(config, _lines(files))
     model = random_model(config, tokenizer)
 
+    _remove_abandoned_builds(out_dir)
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     with _quiet_transformers():
         model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
+    # What the model was built from, by content: the model's identity (pipeline/training/models.py)
+    # hashes this file, and a corpus written to a temporary path must not make two builds differ.
+    text = hashlib.sha256()
+    for path in files:
+        text.update(path.read_bytes())
     marker = {
         "config": config.model_dump(mode="json"),
-        "text_files": [str(p) for p in files],
+        "text_sha256": text.hexdigest(),
         "text_bytes": sum(p.stat().st_size for p in files),
         "vocab_size": len(tokenizer),
     }

@@ -10,7 +10,8 @@ name its fault hook answers to. `train`:
 2. packs the sequences into rows of `max_length` tokens (pipeline/training/packing.py); the batch
    is `tokens_per_step` tokens, `micro_batch_rows` rows per device per forward pass;
 3. resumes from the newest complete checkpoint in `job.trainer_dir` if there is one (checkpoints
-   appear whole or not at all: pipeline/training/checkpoints.py);
+   appear whole or not at all: pipeline/training/checkpoints.py); one already at `max_steps` is
+   loaded without another step (`finish_without_training`);
 4. measures the held-out cross-entropy at step 0 (a fresh run only: a resumed run finds it in the
    checkpoint's log history), trains `max_steps` optimizer steps, measures it again;
 5. saves the model and tokenizer to `job.model_dir`, with `<|im_end|>` among the end-of-sequence ids
@@ -38,7 +39,13 @@ from pipeline.config.training import TrainingSettings
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
-from pipeline.training.checkpoints import AtomicCheckpoints, resume_checkpoint, save_model_atomic
+from pipeline.training.checkpoints import (
+    AtomicCheckpoints,
+    checkpoint_step,
+    finish_without_training,
+    resume_checkpoint,
+    save_model_atomic,
+)
 from pipeline.training.mask_epochs import mask_epochs_callback
 from pipeline.training.models import (
     ensure_chatml_tokens,
@@ -235,7 +242,7 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     settings = job.settings
     tokenizer, added = load_tokenizer_with_chatml(config, job.base_ref)
     resume = resume_checkpoint(job.trainer_dir)
-    resumed_from = int(Path(resume).name.split("-")[-1]) if resume else None
+    resumed_from = checkpoint_step(resume)
     train_rows = PackedSequences(ParquetSequences(list(job.train_files)), settings.max_length, settings.seed)
     held_out = PackedSequences(ParquetSequences(list(job.eval_files)), settings.max_length, settings.seed)
     devices = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun / accelerate launch
@@ -272,7 +279,10 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
         # The loss history lands in the stage's metrics and loss curve; printing each log dict to
         # stdout would bury the stage's own report.
         trainer.remove_callback(PrinterCallback)
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if resumed_from is not None and resumed_from >= settings.max_steps:
+            finish_without_training(trainer, resume)  # killed after its last checkpoint: nothing left to train
+        else:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     after = trainer.evaluate() if len(held_out) else {}
     # Generation must stop where observations end in training.
     im_end = tokenizer.convert_tokens_to_ids(IM_END)

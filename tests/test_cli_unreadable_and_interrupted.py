@@ -1,0 +1,110 @@
+"""What the CLI says about input it cannot read and about ctrl-C (issue 20.16-17): every path not read
+is named with its reason and the exit status says so; an interrupted command is one line and its
+rerun resumes. Real processes, real DuckDB files. Root reads everything, so the commands run as the
+unprivileged user `nobody` (setpriv) when the tests run as root."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.store.database import Store
+
+REPO = Path(__file__).resolve().parents[1]
+TERMINAL = REPO / "data" / "demo" / "terminal.jsonl"
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+
+@pytest.fixture
+def shared_root():
+    """A folder the unprivileged user can write (pytest's tmp_path is private to root)."""
+    root = Path(tempfile.mkdtemp(prefix="simulacra-unreadable-"))
+    root.chmod(0o777)
+    yield root
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o777)
+    shutil.rmtree(root)
+
+
+def simulacra(workspace: Path, *args: str, as_nobody: bool = True) -> subprocess.CompletedProcess:
+    prefix = NOBODY if as_nobody else []
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", *args],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "HOME": str(workspace.parent)},
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def records(path: Path) -> int:
+    return sum(1 for line in path.read_bytes().splitlines() if line.strip())
+
+
+def test_every_path_not_read_is_named_with_its_reason_and_the_exit_status_says_so(shared_root):
+    data = shared_root / "data"
+    (data / "readable").mkdir(parents=True)
+    (data / "locked").mkdir()
+    shutil.copy(TERMINAL, data / "readable" / "terminal.jsonl")
+    shutil.copy(REPO / "data" / "demo" / "flawed.jsonl", data / "locked" / "flawed.jsonl")
+    shutil.copy(REPO / "data" / "demo" / "tool_calls.json", data / "secret.json")
+    for path in (data, data / "readable", data / "readable" / "terminal.jsonl"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (data / "locked").chmod(0o000)
+    (data / "secret.json").chmod(0o000)
+    workspace = shared_root / "ws"
+
+    done = simulacra(workspace, "ingest", str(data))
+
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"read {records(TERMINAL)} records from 1 files" in done.stderr
+    assert f"{data / 'locked'} (Permission denied)" in done.stderr
+    assert f"{data / 'secret.json'} (Permission denied)" in done.stderr
+    assert done.stderr.splitlines()[-1] == "ingest: 2 path(s) could not be read: make them readable and rerun"
+
+    # Made readable, the rerun reads what was missing and nothing twice.
+    (data / "locked").chmod(0o755)
+    (data / "locked" / "flawed.jsonl").chmod(0o644)
+    (data / "secret.json").chmod(0o644)
+    again = simulacra(workspace, "ingest", str(data))
+    assert again.returncode == 0, again.stderr
+    assert "1 unchanged, skipped" in again.stderr and "NOT read" not in again.stderr
+
+
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
+    big = tmp_path / "big.jsonl"
+    lines = TERMINAL.read_bytes().splitlines()
+    # Distinct records (content-hash ids), enough that ingestion is still running when the signal comes.
+    with big.open("wb") as handle:
+        for copy in range(60):
+            for line in lines:
+                handle.write(line.replace(b'"task": "', f'"task": "[{copy}] '.encode(), 1) + b"\n")
+    workspace = tmp_path / "ws"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", "--set", "ingest.batch_trajectories=50",
+         "ingest", str(big)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    database = workspace / "simulacra.duckdb"
+    deadline = time.monotonic() + 120
+    written = lambda: sum(p.stat().st_size for p in workspace.glob("simulacra.duckdb*") if p.is_file())
+    while child.poll() is None and time.monotonic() < deadline and written() < 1_500_000:  # past the migrations
+        time.sleep(0.05)
+    assert child.poll() is None, "ingestion finished before the signal: make the file bigger"
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", "ingest", str(big)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    with Store(database, read_only=True) as store:
+        assert store.scalar("SELECT sum(records_read) FROM ingested_files WHERE completed") == records(big)
