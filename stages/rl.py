@@ -215,7 +215,7 @@ def train(config, plan: Plan) -> None:
     the main process writes `trained.json` last."""
     from pipeline.rl.heldout import heldout_predictions
     from pipeline.rl.prompts import read_prompts
-    from pipeline.rl.training import train_gspo
+    from pipeline.rl.training import RLLearnedNothing, learned_nothing_reason, train_gspo
     from pipeline.training.trainer import load_tokenizer_with_chatml
 
     rl = config.rl
@@ -234,6 +234,9 @@ def train(config, plan: Plan) -> None:
         judge.client.check_failures()  # a judge that failed past max_failed_fraction fails the stage
     if not outcome.is_main_process:
         return
+    if (reason := learned_nothing_reason(outcome)) is not None:
+        # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
+        raise RLLearnedNothing(f"rl: {reason}")
     heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after")
     curves = reward_curves(outcome.history)
     weights = f"{rl.reward.main_weight:g} x {rewards.main_name} + {rl.reward.rule_weight:g} x rule"
@@ -247,6 +250,7 @@ def train(config, plan: Plan) -> None:
         "reward_last_step": combined[-1][1] if combined else None,
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
         "global_step": outcome.global_step,
+        "parameters_changed": outcome.parameters_changed,
         "first_step_this_run": outcome.first_step_this_run,
         "resumed_from_step": outcome.resumed_from_step,
         "reward_plot": str(plan.output_dir / REWARDS_PLOT),

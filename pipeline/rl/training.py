@@ -20,6 +20,7 @@ from typing import Any
 
 from pipeline.progress import progress_bar
 from pipeline.rl.prompts import RLPrompt
+from pipeline.errors import UserFixableError
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import (
     AtomicCheckpoints,
@@ -42,6 +43,48 @@ class GSPOOutcome:
     resumed_from_step: int | None
     history: list[dict[str, Any]]  # one entry per logged optimizer step (TRL's metrics), resumed runs included
     is_main_process: bool
+    # Parameters whose values differ from the model RL started from (None: not measured, a resumed or
+    # sharded run), and of how many measured.
+    parameters_changed: int | None = None
+    parameters_measured: int = 0
+
+
+class RLLearnedNothing(UserFixableError):
+    """GSPO ran its steps and no weight moved: the stage fails rather than report a completed run."""
+
+
+def parameter_signature(model) -> dict[str, tuple[float, float]]:
+    """Per parameter, its float64 sum and sum of squares: any optimizer update changes them (exact
+    equality after a step would need an update of exactly zero). Cheap, on the parameter's device,
+    and no copy of the weights. Shards of a parameter a process does not hold (ZeRO-3) are skipped."""
+    import torch
+
+    signature = {}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.numel() == 0:
+                continue
+            values = parameter.detach().double()
+            signature[name] = (float(values.sum()), float((values * values).sum()))
+    return signature
+
+
+def learned_nothing_reason(outcome: "GSPOOutcome") -> str | None:
+    """Why a finished run taught nothing, or None. Issue 16: a completion budget shorter than the
+    targets made every completion score alike, every group's advantages 0, every gradient 0, and the
+    checkpoint equal to its start, while the stage said "completed"."""
+    norms = [entry["grad_norm"] for entry in outcome.history if entry.get("grad_norm") is not None]
+    flat = [entry.get("frac_reward_zero_std") for entry in outcome.history if entry.get("frac_reward_zero_std") is not None]
+    if outcome.parameters_changed == 0:
+        why = f"no weight changed in {outcome.global_step} GSPO steps (of {outcome.parameters_measured} parameters)"
+    elif norms and all(norm == 0 for norm in norms):
+        why = f"every one of {len(norms)} GSPO steps had gradient norm 0"
+    else:
+        return None
+    if flat and all(value == 1 for value in flat):
+        why += ": every group's completions got the same reward (frac_reward_zero_std 1), so every advantage was 0"
+    return (why + "; give rl.num_generations or rl.temperature room to vary, check that rl.max_completion_length "
+            "holds a whole answer, and that the reward can tell completions apart")
 
 
 def grpo_arguments(config, trainer_dir: Path, reward_weights: Sequence[float]):
@@ -143,10 +186,16 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
             callbacks=callbacks,
         )
         trainer.remove_callback(PrinterCallback)
+        # Measured from the start only: a resumed run's starting weights are the checkpoint's, not the base's.
+        before = parameter_signature(trainer.model) if resume is None else None
         if resumed_from is not None and resumed_from >= config.rl.max_steps:
             finish_without_training(trainer, resume)  # killed after its last checkpoint: nothing left to train
         else:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    changed = None
+    if before is not None:
+        after = parameter_signature(trainer.model)
+        changed = sum(1 for name, values in before.items() if after.get(name) != values)
     # Generation must stop where an observation ends, as after SFT.
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     eos = trainer.model.generation_config.eos_token_id
@@ -154,4 +203,5 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
     trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
-    return GSPOOutcome(trainer.state.global_step, start.first_step, resumed_from, history, trainer.is_world_process_zero())
+    return GSPOOutcome(trainer.state.global_step, start.first_step, resumed_from, history, trainer.is_world_process_zero(),
+                       changed, len(before or {}))
