@@ -309,7 +309,7 @@ class Scorer:
             similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in parsed}
         else:
             similarities = dict(zip(parsed, (s.value for s in self.similarity.similarities(
-                [(predictions[i].observation, queries[i].reference) for i in parsed]))))
+                [(predictions[i].observation, queries[i].reference, queries[i].action) for i in parsed]))))
         rows = []
         for i, (query, prediction) in enumerate(zip(queries, predictions)):
             row: dict[str, Any] = {"prediction": prediction.observation, "parse_status": prediction.status, "error": prediction.error}

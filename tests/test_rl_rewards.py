@@ -167,19 +167,19 @@ def test_rule_reward_runs_each_turns_verifier(tokenizer):
     assert metrics["rule/pass_rate"] == pytest.approx(1 / 4)
 
 
-# (similarity, method, threshold) -> semantic reward (RWML: all or nothing for text, ROUGE steps for JSON)
+# (score, method) -> semantic reward: graded, 25 x the offline judge's score, for text and JSON alike
 SEMANTIC_CASES = [
-    (0.9, "minilm_cosine", 0.5, 25.0),
-    (0.5, "minilm_cosine", 0.5, 0.0),  # distance 0.5 is not below 0.5
-    (0.2, "minilm_cosine", 0.9, 25.0),
-    (0.75, "rouge_l", 0.5, 18.75),
-    (0.0, "rouge_l", 0.5, 0.0),
+    (1.0, "identical", 25.0),
+    (0.48, "observation", 12.0),  # wrong by one byte: half the reward, not RWML's all-or-nothing 0
+    (0.15, "observation", 3.75),  # a restatement of the command: less
+    (0.75, "json_leaves", 18.75),
+    (0.0, "empty_reference", 0.0),
 ]
 
 
-@pytest.mark.parametrize(("value", "method", "threshold", "expected"), SEMANTIC_CASES)
-def test_semantic_reward(value, method, threshold, expected):
-    assert semantic_reward(Similarity(value, method), threshold) == expected
+@pytest.mark.parametrize(("value", "method", "expected"), SEMANTIC_CASES)
+def test_semantic_reward(value, method, expected):
+    assert semantic_reward(Similarity(value, method)) == pytest.approx(expected)
 
 
 def test_semantic_reward_function_scores_parsed_predictions_against_the_reference(tokenizer):
@@ -187,5 +187,5 @@ def test_semantic_reward_function_scores_parsed_predictions_against_the_referenc
     main, _ = Rewards(prompts, tokenizer, RewardConfig()).functions()
     rewards, metrics = call(main, tokenizer, ['<think>\nx\n</think>\n\n{"rows": 42}', '{"rows": 42}'], [0, 1])
     assert main.__name__ == "semantic"
-    assert rewards == [25.0, 0.0]  # identical JSON: ROUGE-L 1; the untagged twin: 0
+    assert rewards == [25.0, 0.0]  # identical JSON: score 1; the untagged twin: 0
     assert metrics["completions/missing_tags_rate"] == 0.5

@@ -20,17 +20,10 @@ class RewardConfig(Section):
         default_factory=JudgeConfig,
         description="The main reward. `llm`: the rubric reward, an LLM judge scores SPEC's five criteria 1-5 with "
         "the domain's rubric (the SFT judge's prompt, schema and validation), reward = mean x 5 in [5, 25]. "
-        "`semantic`: RWML's offline reward (no endpoint, no key), 25 when 1 - cos(E(prediction), E(reference)) < "
-        "`semantic_threshold`, else 0; JSON observations get ROUGE-L in steps of 0.25, x 25. Default semantic, so "
-        "the stage runs offline; production.yaml sets `llm`. The same judge gives the held-out score.",
-    )
-    semantic_threshold: float = Field(
-        default=0.5,
-        gt=0,
-        le=2,
-        description="RWML: a text prediction earns the semantic reward when its cosine distance to the reference is "
-        "below this. 0.5 is the SFT similarity judge's min_score 3 on the same embeddings (1 + 4 x cos >= 3), so "
-        "the two stages agree on what counts as close.",
+        "`semantic`: the offline reward after RWML (no endpoint, no key), 25 x the offline judge's score in [0, 1] "
+        "(pipeline/rewards/semantic.py), graded rather than RWML's all-or-nothing cut so that tied groups stay "
+        "rare. Default semantic, so the stage runs offline; production.yaml sets `llm`. The same judge gives the "
+        "held-out score.",
     )
     main_weight: float = Field(
         default=0.9,

@@ -3,8 +3,8 @@
 Every reward is on one scale, [0, 25], so the configured weights (SPEC: 0.9 / 0.1) mix like with like:
 - rubric: the LLM judge's five criteria, 1-5 each (the SFT judge's prompt, JSON schema and validation,
   pipeline/sft/judging.py), reward = mean x 5, in [5, 25];
-- semantic (RWML): 25 when 1 - cos(E(prediction), E(reference)) < threshold, else 0; for a JSON
-  reference, ROUGE-L rounded down to steps of 0.25, x 25 (pipeline/rewards/semantic.py);
+- semantic (after RWML): 25 x the offline judge's score in [0, 1], which scores what the observation
+  adds to the action, its format and its meaning (per-leaf values for JSON, pipeline/rewards/semantic.py);
 - rule: 25 when the turn's verifier passes the prediction, 0 when it fails or breaks, in the sandbox
   (pipeline/rewards/rule.py); None (TRL: "does not apply") for a turn without a verifier, and for a
   prompt with a control instruction (the verifier checks the fault-free observation).
@@ -40,12 +40,11 @@ def rubric_reward(verdict) -> float:
     return verdict.score * 5.0 if verdict.valid else 0.0
 
 
-def semantic_reward(similarity, threshold: float) -> float:
-    """RWML: text earns the whole reward when its cosine distance is below the threshold; JSON keeps its
-    coarse ROUGE-L step (SPEC.md, "Semantic reward")."""
-    if similarity.method == "rouge_l":
-        return SCALE * similarity.value
-    return SCALE if 1.0 - similarity.value < threshold else 0.0
+def semantic_reward(similarity) -> float:
+    """The offline judge's score on the reward scale. Graded, not RWML's all-or-nothing cut: at a cut of
+    0.5 an observation wrong by one byte and a restatement of the command would tie at 0, and a group
+    of tied completions teaches nothing (README, RL: rewards)."""
+    return SCALE * similarity.value
 
 
 class Rewards:
@@ -101,11 +100,12 @@ class Rewards:
     async def _semantic(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float]:
         parsed = self.parse(completion_ids)
         usable = [i for i, p in enumerate(parsed) if p.ok]
-        pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference) for i in usable]
+        pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference, self.prompts[prompt_index[i]].action)
+                 for i in usable]
         similarities = await asyncio.to_thread(self._similarities, pairs) if pairs else []
         rewards = [0.0] * len(parsed)
         for i, similarity in zip(usable, similarities):
-            rewards[i] = semantic_reward(similarity, self.config.semantic_threshold)
+            rewards[i] = semantic_reward(similarity)
         if log_metric is not None:
             self._log_common(log_metric, parsed, prompt_index)
         return rewards
