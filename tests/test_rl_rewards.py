@@ -189,3 +189,17 @@ def test_semantic_reward_function_scores_parsed_predictions_against_the_referenc
     assert main.__name__ == "semantic"
     assert rewards == [25.0, 0.0]  # identical JSON: score 1; the untagged twin: 0
     assert metrics["completions/missing_tags_rate"] == 0.5
+
+
+def test_a_control_prompt_is_rewarded_for_obeying_not_for_copying_the_fault_free_reference(tokenizer):
+    """Issue 17 item 4: on the semantic judge a copy of the reference scored 25 and the requested fault 0."""
+    prompts = [prompt(0, control="intermittent_api_error"), prompt(1, reference='{"rows": 42}', control="intermittent_api_error"),
+               prompt(2)]
+    texts = ["42", "bash: connect: Connection timed out; try again", '{"error": "503 Service Unavailable"}',
+             '{"rows": 42}', "503 Service Unavailable: retry later", "42"]
+    main, _ = Rewards(prompts, tokenizer, RewardConfig()).functions()
+    rewards, metrics = call(main, tokenizer, [f"<think>\nx\n</think>\n\n{t}" for t in texts], [0, 0, 0, 1, 1, 2])
+    # the copy, the fault in the terminal's form, a JSON error where it prints text; the JSON copy,
+    # prose where the tool answers JSON; a plain prompt, scored against its reference as before
+    assert rewards == [0.0, 25.0, 15.0, 0.0, 15.0, 25.0]
+    assert metrics["control/following_rate"] == pytest.approx(3 / 5)
