@@ -366,7 +366,7 @@ class Scorer:
             similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in answered}
         else:
             similarities = dict(zip(answered, (s.value for s in self.similarity.similarities(
-                [(text, queries[i].reference) for i, text in answered.items()]))))
+                [(text, queries[i].reference, queries[i].action) for i, text in answered.items()]))))
         rows = []
         for i, (query, prediction) in enumerate(zip(queries, predictions)):
             row: dict[str, Any] = {"prediction": prediction.observation, "parse_status": prediction.status, "error": prediction.error}

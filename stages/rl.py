@@ -9,11 +9,13 @@ Three steps, as CPT and SFT, so a GPU deployment can run the middle one (flows/g
    on `rl.control_fraction` of them), written to `prompts.jsonl` and recorded in `rl_prompts`; the
    held-out eval targets, written to `heldout.json`;
 2. `train` (every training process, files only, never the store): the held-out predictions of the
-   starting model; GSPO with TRL's GRPOTrainer (pipeline/rl/training.py), rewards from
+   starting model (plain, and with a control instruction each where RL trains them); GSPO with TRL's GRPOTrainer (pipeline/rl/training.py), rewards from
    pipeline/rl/rewards.py, resuming from the newest complete checkpoint of the run's folder; the
    held-out predictions of the trained model; the reward curves as a PNG; `trained.json` last;
-3. `record` (data side): the judge scores the held-out predictions before and after, the checkpoint
-   is registered, `metrics.json` last (its presence marks the run complete).
+3. `record` (data side): the judge scores the held-out predictions before and after, and the rule of
+   each control kind the same queries asked with an instruction (where `rl.control_fraction` > 0:
+   the instruction-following rate); the checkpoint is registered, `metrics.json` last (its presence
+   marks the run complete).
 
 Caches that are not the store: the judge's answers during training go to a DuckDB file per training
 process (`judge_cache/rank-<n>.duckdb`), the held-out generations to `heldout_cache.duckdb`, both in
@@ -137,7 +139,8 @@ def reward_curves(history: list[dict[str, Any]]) -> dict[str, list[tuple[int, fl
     for entry in history:
         for key, value in entry.items():
             wanted = key in ("reward", "judge/failure_rate", "completions/mean_length", "completions/missing_tags_rate",
-                             "rule/coverage", "rule/pass_rate") or (key.startswith("rewards/") and key.endswith("/mean"))
+                             "rule/coverage", "rule/pass_rate", "control/following_rate") or (
+                                 key.startswith("rewards/") and key.endswith("/mean"))
             if wanted and isinstance(value, (int, float)) and value == value:  # NaN: no sample of that kind
                 series.setdefault(key, []).append((entry["step"], float(value)))
     return series
@@ -180,6 +183,8 @@ def _summary(metrics: dict[str, Any]) -> str:
         f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts{resumed}; mean reward "
         f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step); "
         f"held-out judge score {number(metrics['heldout_score_before'])} -> {number(metrics['heldout_score_after'])}"
+        + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
+           f"{number(metrics['heldout_control_following_after'])}" if "heldout_control_following_before" in metrics else "")
     )
 
 
@@ -226,6 +231,8 @@ def train(config, plan: Plan) -> None:
     is_main = _is_main_process()
     if is_main:
         heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, "before")
+        if rl.control_fraction > 0:
+            heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, "before_control", controlled=True)
     prompts = read_prompts(plan.prompts_path)
     tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
     rewards, judge = _rewards(config, plan, prompts, tokenizer)
@@ -238,6 +245,8 @@ def train(config, plan: Plan) -> None:
         # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
         raise RLLearnedNothing(f"rl: {reason}")
     heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after")
+    if rl.control_fraction > 0:
+        heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after_control", controlled=True)
     curves = reward_curves(outcome.history)
     weights = f"{rl.reward.main_weight:g} x {rewards.main_name} + {rl.reward.rule_weight:g} x rule"
     _plot(plan.output_dir / REWARDS_PLOT, curves, weights)
@@ -266,7 +275,7 @@ def _is_main_process() -> bool:
 
 def record(store, plan: Plan) -> StageResult:
     """On the data side, after `train`: judge the held-out predictions, register the checkpoint, report."""
-    from pipeline.rl.heldout import heldout_score
+    from pipeline.rl.heldout import heldout_control_following, heldout_score
     from pipeline.rl.prompts import read_prompts
 
     prompts = read_prompts(plan.prompts_path)
@@ -284,6 +293,12 @@ def record(store, plan: Plan) -> StageResult:
         scores = {name: heldout_score(heldout, plan.output_dir, name, judge) for name in ("before", "after")}
         if client is not None:
             client.check_failures()
+        following = {}
+        if config.rl.control_fraction > 0:  # instruction-following on the same queries, each with one instruction
+            for name in ("before", "after"):
+                measured = heldout_control_following(heldout, plan.output_dir, f"{name}_control")
+                following[f"heldout_control_following_{name}"] = measured["following_rate"]
+                following[f"heldout_control_following_{name}_by_kind"] = measured["by_kind"]
         metrics = {
             "prompts": len(prompts),
             "prompts_with_control": sum(1 for p in prompts if p.control),
@@ -292,6 +307,7 @@ def record(store, plan: Plan) -> StageResult:
             "prompts_with_rule_reward": sum(1 for p in prompts if p.verifier is not None and not p.control),
             **json.loads(trained_file.read_text()),
             **heldout_metrics(scores),
+            **following,
             "fingerprint": plan.fingerprint,
             "base_model": plan.base_ref,
         }

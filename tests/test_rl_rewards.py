@@ -167,19 +167,19 @@ def test_rule_reward_runs_each_turns_verifier(tokenizer):
     assert metrics["rule/pass_rate"] == pytest.approx(1 / 4)
 
 
-# (similarity, method, threshold) -> semantic reward (RWML: all or nothing for text, ROUGE steps for JSON)
+# (score, method) -> semantic reward: graded, 25 x the offline judge's score, for text and JSON alike
 SEMANTIC_CASES = [
-    (0.9, "minilm_cosine", 0.5, 25.0),
-    (0.5, "minilm_cosine", 0.5, 0.0),  # distance 0.5 is not below 0.5
-    (0.2, "minilm_cosine", 0.9, 25.0),
-    (0.75, "rouge_l", 0.5, 18.75),
-    (0.0, "rouge_l", 0.5, 0.0),
+    (1.0, "identical", 25.0),
+    (0.48, "observation", 12.0),  # wrong by one byte: half the reward, not RWML's all-or-nothing 0
+    (0.15, "observation", 3.75),  # a restatement of the command: less
+    (0.75, "json_leaves", 18.75),
+    (0.0, "empty_reference", 0.0),
 ]
 
 
-@pytest.mark.parametrize(("value", "method", "threshold", "expected"), SEMANTIC_CASES)
-def test_semantic_reward(value, method, threshold, expected):
-    assert semantic_reward(Similarity(value, method), threshold) == expected
+@pytest.mark.parametrize(("value", "method", "expected"), SEMANTIC_CASES)
+def test_semantic_reward(value, method, expected):
+    assert semantic_reward(Similarity(value, method)) == pytest.approx(expected)
 
 
 def test_semantic_reward_function_scores_parsed_predictions_against_the_reference(tokenizer):
@@ -187,5 +187,19 @@ def test_semantic_reward_function_scores_parsed_predictions_against_the_referenc
     main, _ = Rewards(prompts, tokenizer, RewardConfig()).functions()
     rewards, metrics = call(main, tokenizer, ['<think>\nx\n</think>\n\n{"rows": 42}', '{"rows": 42}'], [0, 1])
     assert main.__name__ == "semantic"
-    assert rewards == [25.0, 0.0]  # identical JSON: ROUGE-L 1; the untagged twin: 0
+    assert rewards == [25.0, 0.0]  # identical JSON: score 1; the untagged twin: 0
     assert metrics["completions/missing_tags_rate"] == 0.5
+
+
+def test_a_control_prompt_is_rewarded_for_obeying_not_for_copying_the_fault_free_reference(tokenizer):
+    """Issue 17 item 4: on the semantic judge a copy of the reference scored 25 and the requested fault 0."""
+    prompts = [prompt(0, control="intermittent_api_error"), prompt(1, reference='{"rows": 42}', control="intermittent_api_error"),
+               prompt(2)]
+    texts = ["42", "bash: connect: Connection timed out; try again", '{"error": "503 Service Unavailable"}',
+             '{"rows": 42}', "503 Service Unavailable: retry later", "42"]
+    main, _ = Rewards(prompts, tokenizer, RewardConfig()).functions()
+    rewards, metrics = call(main, tokenizer, [f"<think>\nx\n</think>\n\n{t}" for t in texts], [0, 0, 0, 1, 1, 2])
+    # the copy, the fault in the terminal's form, a JSON error where it prints text; the JSON copy,
+    # prose where the tool answers JSON; a plain prompt, scored against its reference as before
+    assert rewards == [0.0, 25.0, 15.0, 0.0, 15.0, 25.0]
+    assert metrics["control/following_rate"] == pytest.approx(3 / 5)

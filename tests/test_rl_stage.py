@@ -20,6 +20,7 @@ from test_cpt_stage import fill_store
 
 from pipeline.config import load_config
 from pipeline.config.model import TinyModelConfig
+from pipeline.rl.controls import KINDS
 from pipeline.store.database import Store
 from pipeline.training.models import tiny_model_dir
 from pipeline.training.tiny_model import build_tiny_model
@@ -105,6 +106,10 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         assert any(step > metrics["resumed_from_step"] for step in steps)
         assert {"rewards/semantic/mean", "rewards/rule/mean", "completions/mean_length"} <= set(curves)
         assert metrics["reward_first_step"] is not None and metrics["heldout_score_before"] is not None
+        # Instruction-following on the held-out queries, each asked with one control instruction.
+        for name in ("before", "after"):
+            assert 0.0 <= metrics[f"heldout_control_following_{name}"] <= 1.0
+            assert set(metrics[f"heldout_control_following_{name}_by_kind"]) <= set(KINDS)
         assert (run_dir / rl.REWARDS_PLOT).stat().st_size > 0 and (run_dir / "model" / "config.json").is_file()
 
         # The echo trap: no two prompts of the run come from one trajectory; the controls are recorded.

@@ -112,9 +112,9 @@ def test_semantic_judge_maps_similarity_to_one_to_five():
     ])
     scores = [v.score for v in verdicts]
     assert scores[0] == pytest.approx(5.0, abs=1e-4) and scores[1] < 2.5
-    assert scores[2] == 5.0 and scores[3] in (1.0, 2.0)  # ROUGE-L on coarse 0.25 steps
+    assert scores[2] == 5.0 and scores[3] == 1.0  # JSON: no leaf in common
     assert all(v.valid and v.criteria is None for v in verdicts)
-    assert [json.loads(v.raw)["method"] for v in verdicts] == ["minilm_cosine"] * 2 + ["rouge_l"] * 2
+    assert [json.loads(v.raw)["method"] for v in verdicts] == ["identical", "observation", "identical", "json_leaves"]
     [forward, backward] = judge.pairwise([
         PairwiseItem(_query(), "notes.txt\n", "unrelated text"), PairwiseItem(_query(), "unrelated text", "notes.txt\n")
     ])

@@ -20,17 +20,10 @@ class RewardConfig(Section):
         default_factory=JudgeConfig,
         description="The main reward. `llm`: the rubric reward, an LLM judge scores SPEC's five criteria 1-5 with "
         "the domain's rubric (the SFT judge's prompt, schema and validation), reward = mean x 5 in [5, 25]. "
-        "`semantic`: RWML's offline reward (no endpoint, no key), 25 when 1 - cos(E(prediction), E(reference)) < "
-        "`semantic_threshold`, else 0; JSON observations get ROUGE-L in steps of 0.25, x 25. Default semantic, so "
-        "the stage runs offline; production.yaml sets `llm`. The same judge gives the held-out score.",
-    )
-    semantic_threshold: float = Field(
-        default=0.5,
-        gt=0,
-        le=2,
-        description="RWML: a text prediction earns the semantic reward when its cosine distance to the reference is "
-        "below this. 0.5 is the SFT similarity judge's min_score 3 on the same embeddings (1 + 4 x cos >= 3), so "
-        "the two stages agree on what counts as close.",
+        "`semantic`: the offline reward after RWML (no endpoint, no key), 25 x the offline judge's score in [0, 1] "
+        "(pipeline/rewards/semantic.py), graded rather than RWML's all-or-nothing cut so that tied groups stay "
+        "rare. Default semantic, so the stage runs offline; production.yaml sets `llm`. The same judge gives the "
+        "held-out score.",
     )
     main_weight: float = Field(
         default=0.9,
@@ -41,15 +34,19 @@ class RewardConfig(Section):
         default=0.1,
         ge=0,
         description="Weight of the rule reward (sandboxed verifiers, 25 pass / 0 fail) in the combined reward (SPEC: "
-        "0.1). A prompt whose turn has no verifier gets no rule term at all (TRL's None): its combined reward is "
-        "main_weight x main; every completion of a group shares the prompt, so the group's advantages are the "
-        "main reward's alone (README, RL).",
+        "0.1). A prompt whose turn has no verifier gets no rule term at all (TRL's None): every completion of a "
+        "group shares the prompt, so the group's advantages are main_weight x the main reward's contrast alone "
+        "(README, RL).",
     )
     aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = Field(
-        default="sum_then_normalize",
-        description="TRL's multi_objective_aggregation. Every component is already on [0, 25], so weighting then "
-        "normalising per group keeps SPEC's 9:1 meaning; `normalize_then_sum` would stretch a rule reward that "
-        "barely varies to the same spread as the rubric (STACK.md).",
+        default="normalize_then_sum",
+        description="TRL's multi_objective_aggregation, which decides what 9:1 means in a group. "
+        "`normalize_then_sum` (default): each reward is standardised within its group, then weighted, so the "
+        "advantage is 0.9 x the main reward's contrast + 0.1 x the rule's; a reward that ties in a group (common "
+        "with coarse Likert scores) contributes no contrast and the other keeps its own weight, so a group whose "
+        "main reward ties moves the policy a tenth as far as one where both agree. `sum_then_normalize` weights "
+        "the raw rewards then standardises the sum: where the main reward ties, the rule's 0.1 x 25 is scaled "
+        "back to the whole advantage ([1.5, -0.5, -0.5, -0.5]) and 9:1 holds only in groups where the main reward varies.",
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits of the verifier sandbox.")
 

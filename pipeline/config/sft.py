@@ -56,7 +56,8 @@ class JudgeConfig(Section):
         default="semantic",
         description="`llm`: a judge model scores each candidate on SPEC's five criteria (1-5) with the domain's "
         "rubric (data/rubrics/), answering a JSON schema, then compares the top two pairwise. `semantic`: the "
-        "offline similarity judge (MiniLM cosine, ROUGE-L for JSON), mapped to 1 + 4 x similarity: not a "
+        "offline similarity judge (pipeline/rewards/semantic.py: agreement of what the observation adds to the "
+        "action, its format and MiniLM cosine; per-leaf value agreement for JSON), mapped to 1 + 4 x similarity: not a "
         "five-criteria judge. Default semantic, so the stage runs with no endpoint or key.",
     )
     endpoint: EndpointConfig = Field(

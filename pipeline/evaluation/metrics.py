@@ -9,7 +9,9 @@
   only needs the right form. So both texts have their runtime metadata replaced by one placeholder per
   kind, and trailing whitespace of every line and of the text dropped, before they are compared: a
   prediction that differs only in a timestamp or a PID matches; one that differs in a file's contents
-  does not. Pre-existing content (an unseen file, a package list) cannot be told apart from
+  does not. Only what is runtime metadata is masked (issue 17, item 13): a bracketed number is a PID
+  only after a process name (`sshd[977]:`) or a job number, a d:dd is a clock time only standing alone
+  (not `app.py:10:15`), and a text of whitespace only is not silence. Pre-existing content (an unseen file, a package list) cannot be told apart from
   deterministic content without a judge, so it must match too: the metric is strict by design.
 - JSON validity: where the reference is a JSON object or array, whether the prediction parses as one.
 - Semantic match (RWML, SPEC.md): 1 - similarity below a threshold, the similarity being the semantic
@@ -27,13 +29,18 @@ from pipeline.rewards.semantic import is_json
 RUNTIME_METADATA = (
     ("<timestamp>", re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")),
     ("<date>", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b")),
-    ("<time>", re.compile(r"\b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b")),
+    # A clock time stands alone: `app.py:10:15` is a file's line and column, deterministic content.
+    ("<time>", re.compile(r"(?<![\w.:/-])\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?![\w:])")),
     ("<uuid>", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
     ("<address>", re.compile(r"\b0x[0-9a-fA-F]+\b")),
     # Commit hashes, container ids, temporary names: hex runs of 7+ holding a digit and a letter.
     ("<hex>", re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b")),
     ("<duration>", re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds)\b")),
-    ("<pid>", re.compile(r"(?i)\bpid[ =:]*\d+\b|\[\d+\]")),
+    # A PID where the text says it is one: `pid 4242`, `"pid": 4242`, a syslog tag `sshd[977]:`, the PID
+    # after a job number (`[1] 4242`). A bare `[3]` is a list or an index: content.
+    ("<pid>", re.compile(r"(?i)\bpid\b\"?[ =:]*\d+\b")),
+    ("<pid>", re.compile(r"(?<=[A-Za-z_)])\[\d+\](?=:)")),
+    ("<pid>", re.compile(r"(?m)^(\[\d+\][+-]?\s+)\d+$"), r"\1<pid>"),
 )
 
 
@@ -43,8 +50,12 @@ def agentworldbench_sql(column: str) -> str:
 
 
 def mask_runtime_metadata(text: str) -> str:
-    for placeholder, pattern in RUNTIME_METADATA:
-        text = pattern.sub(placeholder, text)
+    """The text with its runtime metadata masked and its line ends stripped. A text of whitespace only is
+    returned as it is: a blank line is output, and a command that printed nothing printed no blank line."""
+    if not text.strip():
+        return text
+    for placeholder, pattern, *replacement in RUNTIME_METADATA:
+        text = pattern.sub(replacement[0] if replacement else placeholder, text)
     return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
 
 

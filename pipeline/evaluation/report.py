@@ -94,5 +94,6 @@ def judge_name(judge: str) -> str:
 
 def judge_caption(judge: str) -> str:
     if judge.startswith("semantic"):
-        return f"{judge_name(judge)} (MiniLM cosine, ROUGE-L for JSON) mapped onto the 1-5 scale, not a five-criteria judge"
+        return (f"{judge_name(judge)} (content beyond the action, format, MiniLM; JSON leaf values) mapped onto the 1-5 "
+                "scale, not a five-criteria judge")
     return f"{judge_name(judge)}, five criteria with the domain's rubric; scores compare only under this judge and prompt"

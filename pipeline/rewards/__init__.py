@@ -1,2 +1,3 @@
 """Scoring a predicted observation against the real one: rule (sandboxed verifiers), rubrics for an LLM judge,
-semantic similarity. Shared by the SFT judge and the RL rewards."""
+the offline judge (semantic.py, with its text and JSON agreement parts). Shared by the SFT judge, the RL
+rewards and evaluation."""

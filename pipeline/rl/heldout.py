@@ -1,5 +1,7 @@
 """The held-out judge score before and after RL: a fixed, seeded set of eval-pool queries, predicted
-greedily in the RL template (no control instruction) and scored by the reward's judge.
+greedily in the RL template (no control instruction) and scored by the reward's judge; and, where
+RL trains control instructions, the same queries asked with one each (the four kinds in turn), scored
+by whether the prediction obeys it (pipeline/rl/controls.py `obeys`): the instruction-following rate.
 
 As SFT's held-out score (stages/sft.py): the predictions are made where training runs, with a
 scratch answer cache in the run's folder (`heldout_cache.duckdb`, never the store, so a GPU worker
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.prompts.rl import rl_messages
+from pipeline.rl.controls import CONTROLS, heldout_control, obeys
 from pipeline.sft.candidates import parse_candidate
 from pipeline.sft.queries import Query
 from pipeline.store.atomic_files import write_text_atomic
@@ -24,8 +27,10 @@ def _predictions_path(output_dir: Path, name: str) -> Path:
     return output_dir / f"heldout_{name}_predictions.json"
 
 
-def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: int, output_dir: Path, name: str) -> None:
-    """Greedy predictions of `queries` by `model_ref` (the transformers backend), kept in the run's folder."""
+def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: int, output_dir: Path, name: str,
+                        controlled: bool = False) -> None:
+    """Greedy predictions of `queries` by `model_ref` (the transformers backend), kept in the run's folder;
+    `controlled`: each query asked with a control instruction, the kinds in turn (`heldout_control`)."""
     from pipeline.config.llm import EndpointConfig
     from pipeline.llm.client import ChatRequest, open_client
     from pipeline.store.database import Store
@@ -38,7 +43,9 @@ def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: in
         endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=max_tokens)
         with Store(output_dir / "heldout_cache.duckdb") as scratch:
             client = open_client(endpoint, scratch, f"rl.heldout.{name}")
-            requests = [ChatRequest(tuple(rl_messages(q.domain, q.system, q.history, q.action, None))) for q in queries]
+            requests = [ChatRequest(tuple(rl_messages(q.domain, q.system, q.history, q.action,
+                                                      CONTROLS[heldout_control(i)] if controlled else None)))
+                        for i, q in enumerate(queries)]
             answers = client.complete_sync(requests)
     predictions = [{"query_id": q.query_id, "text": a.text, "error": a.error} for q, a in zip(queries, answers)]
     write_text_atomic(path, json.dumps(predictions, indent=2) + "\n")
@@ -58,3 +65,18 @@ def heldout_score(queries: Sequence[Query], output_dir: Path, name: str, judge) 
     for i, verdict in zip(judged, verdicts):
         scores[i] = verdict.score
     return {"queries": len(queries), "usable_predictions": len(judged), "mean_score": sum(scores) / len(scores)}
+
+
+def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: str) -> dict[str, Any]:
+    """The share of the controlled predictions kept under `name` that obey their instruction, and per kind."""
+    if not queries:
+        return {"queries": 0, "following_rate": None, "by_kind": {}}
+    predictions = json.loads(_predictions_path(output_dir, name).read_text())
+    by_kind: dict[str, list[bool]] = {}
+    for index, (query, prediction) in enumerate(zip(queries, predictions)):
+        parsed = parse_candidate(prediction["text"])
+        kind = heldout_control(index)
+        by_kind.setdefault(kind, []).append(parsed.ok and obeys(kind, parsed.prediction, query.reference))
+    followed = [ok for oks in by_kind.values() for ok in oks]
+    return {"queries": len(followed), "following_rate": sum(followed) / len(followed),
+            "by_kind": {kind: sum(oks) / len(oks) for kind, oks in sorted(by_kind.items())}}

@@ -42,6 +42,11 @@ class RLPrompt:
     def control_instruction(self) -> str | None:
         return CONTROLS[self.control] if self.control else None
 
+    @property
+    def action(self) -> str:
+        """The target action: the conversation's last message (rl_messages)."""
+        return self.messages[-1]["content"]
+
 
 def select_targets(targets: Sequence[tuple[str, int]], limit: int | None, seed: int) -> list[tuple[str, int]]:
     """The seeded choice of `limit` rl targets, after checking there is one per trajectory."""

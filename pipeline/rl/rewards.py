@@ -3,8 +3,10 @@
 Every reward is on one scale, [0, 25], so the configured weights (SPEC: 0.9 / 0.1) mix like with like:
 - rubric: the LLM judge's five criteria, 1-5 each (the SFT judge's prompt, JSON schema and validation,
   pipeline/sft/judging.py), reward = mean x 5, in [5, 25];
-- semantic (RWML): 25 when 1 - cos(E(prediction), E(reference)) < threshold, else 0; for a JSON
-  reference, ROUGE-L rounded down to steps of 0.25, x 25 (pipeline/rewards/semantic.py);
+- semantic (after RWML): 25 x the offline judge's score in [0, 1], which scores what the observation
+  adds to the action, its format and its meaning (per-leaf values for JSON, pipeline/rewards/semantic.py);
+  on a prompt with a control instruction, whose reference shows no fault, the instruction's rule instead
+  (`control_reward`: 25 obeyed in the environment's form, 15 in another, 0 not obeyed);
 - rule: 25 when the turn's verifier passes the prediction, 0 when it fails or breaks, in the sandbox
   (pipeline/rewards/rule.py); None (TRL: "does not apply") for a turn without a verifier, and for a
   prompt with a control instruction (the verifier checks the fault-free observation).
@@ -18,7 +20,7 @@ or out-of-range judge answer, or a failed judge request, gives 0 and is counted.
 
 Per step, through TRL's `log_metric`, next to TRL's own per-function means and the combined reward:
 the judge's failure rate, the share of completions missing their tags, the rule reward's coverage and
-pass rate, and the share of prompts with a control instruction.
+pass rate, the share of prompts with a control instruction and of their completions that obey it.
 
 The reward functions are `async`: TRL awaits them together, so the judge's requests for a batch run
 concurrently through the shared LLM client (bounded by its `concurrency`) while the verifiers run in
@@ -29,6 +31,8 @@ import asyncio
 from collections.abc import Sequence
 
 from pipeline.config.rl import RewardConfig
+from pipeline.rewards.semantic import is_json
+from pipeline.rl.controls import obeys
 from pipeline.rl.prompts import RLPrompt
 from pipeline.sft.candidates import ParsedCandidate, parse_candidate
 
@@ -40,12 +44,21 @@ def rubric_reward(verdict) -> float:
     return verdict.score * 5.0 if verdict.valid else 0.0
 
 
-def semantic_reward(similarity, threshold: float) -> float:
-    """RWML: text earns the whole reward when its cosine distance is below the threshold; JSON keeps its
-    coarse ROUGE-L step (SPEC.md, "Semantic reward")."""
-    if similarity.method == "rouge_l":
-        return SCALE * similarity.value
-    return SCALE if 1.0 - similarity.value < threshold else 0.0
+def control_reward(kind: str, prediction: str, reference: str) -> float:
+    """The offline reward of a control prompt: 25 when the prediction carries out the instruction in the
+    environment's form (JSON where it answers JSON), 15 in another form, 0 when it does not obey
+    (pipeline/rl/controls.py `obeys`). The semantic score would compare it with a reference that has no
+    fault, and reward copying it."""
+    if not obeys(kind, prediction, reference):
+        return 0.0
+    return SCALE if is_json(prediction) == is_json(reference) else 0.6 * SCALE
+
+
+def semantic_reward(similarity) -> float:
+    """The offline judge's score on the reward scale. Graded, not RWML's all-or-nothing cut: at a cut of
+    0.5 an observation wrong by one byte and a restatement of the command would tie at 0, and a group
+    of tied completions teaches nothing (README, RL: rewards)."""
+    return SCALE * similarity.value
 
 
 class Rewards:
@@ -100,12 +113,17 @@ class Rewards:
 
     async def _semantic(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float]:
         parsed = self.parse(completion_ids)
-        usable = [i for i, p in enumerate(parsed) if p.ok]
-        pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference) for i in usable]
-        similarities = await asyncio.to_thread(self._similarities, pairs) if pairs else []
         rewards = [0.0] * len(parsed)
+        usable = [i for i, p in enumerate(parsed) if p.ok and not self.prompts[prompt_index[i]].control]
+        for i, p in enumerate(parsed):
+            prompt = self.prompts[prompt_index[i]]
+            if p.ok and prompt.control:  # the reference lacks the fault: the instruction's rule scores it
+                rewards[i] = control_reward(prompt.control, p.prediction, prompt.reference)
+        pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference, self.prompts[prompt_index[i]].action)
+                 for i in usable]
+        similarities = await asyncio.to_thread(self._similarities, pairs) if pairs else []
         for i, similarity in zip(usable, similarities):
-            rewards[i] = semantic_reward(similarity, self.config.semantic_threshold)
+            rewards[i] = semantic_reward(similarity)
         if log_metric is not None:
             self._log_common(log_metric, parsed, prompt_index)
         return rewards
@@ -120,6 +138,10 @@ class Rewards:
     def _log_common(self, log_metric, parsed: list[ParsedCandidate], prompt_index) -> None:
         log_metric("completions/missing_tags_rate", sum(1 for p in parsed if not p.ok) / len(parsed))
         log_metric("prompts/control_rate", sum(1 for i in prompt_index if self.prompts[i].control) / len(prompt_index))
+        controlled = [(p, self.prompts[i]) for p, i in zip(parsed, prompt_index) if self.prompts[i].control]
+        if controlled:  # instruction-following by the rule of each kind, whichever judge rewards it
+            followed = sum(1 for p, prompt in controlled if p.ok and obeys(prompt.control, p.prediction, prompt.reference))
+            log_metric("control/following_rate", followed / len(controlled))
 
     async def _rule(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float | None]:
         from pipeline.rewards.rule import FAIL_REWARD, rule_rewards

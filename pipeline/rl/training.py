@@ -7,8 +7,9 @@ of the token ratios of a whole completion) with `loss_type="grpo"`, since the de
 
 Settings the run fixes itself: a constant learning rate after the warm-up (RL has no data epoch
 for a decay to follow), `save_total_limit` 2, one log entry per optimizer step (the per-step reward
-curve), advantages scaled per group (`scale_rewards="group"`: a prompt without a verifier then
-compares only completions that share its reward terms), CPU when there is no accelerator, bf16 where
+curve), each reward standardised within its group before the 9:1 weights apply
+(`multi_objective_aggregation="normalize_then_sum"` by default, issue 17 item 6: a reward that ties in
+a group adds no contrast, the other keeps its weight; tests/test_rl_advantages.py), CPU when there is no accelerator, bf16 where
 the GPU has it. Checkpoints go through `AtomicCheckpoints` (pipeline/training/checkpoints.py): they
 appear whole or not at all, and a rerun resumes from the newest complete one.
 """
@@ -118,7 +119,8 @@ def grpo_arguments(config, trainer_dir: Path, reward_weights: Sequence[float]):
         max_completion_length=rl.max_completion_length,
         temperature=rl.temperature,
         steps_per_generation=rl.steps_per_generation,
-        # rewards: all on [0, 25], weighted then normalised per group
+        # rewards: by default each standardised in its group, then weighted (config: reward.aggregation);
+        # scale_rewards applies to `sum_then_normalize` only
         reward_weights=list(reward_weights),
         multi_objective_aggregation=rl.reward.aggregation,
         scale_rewards="group",

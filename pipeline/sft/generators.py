@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
 from pipeline.llm.cache import model_key
-from pipeline.rewards.semantic import ROUGE_STEP
+from pipeline.rewards.semantic import SCORER_VERSION
 from pipeline.sft.queries import Query
 from pipeline.sft.sampling import (
     GeneratedText,
@@ -47,7 +47,7 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
 
 def judge_label(config: JudgeConfig) -> str:
     if config.kind == "semantic":
-        return f"semantic#{digest('all-MiniLM-L6-v2', 'rougeL', ROUGE_STEP)}"
+        return f"semantic#{digest(SCORER_VERSION)}"
     endpoint = config.endpoint
     return f"llm:{endpoint.backend}:{endpoint.model}#{digest(_output_shaping(endpoint), config.history_turns, judge_files_digest())}"
 

@@ -9,9 +9,10 @@ A judge does two things (issue 10):
 - `pairwise`: given the reference and two candidates A and B, which is better. Asked in both orders
   by the selection (pipeline/sft/selection.py) to cancel position bias.
 
-The similarity judge (`semantic`) maps SPEC's semantic similarity (pipeline/rewards/semantic.py)
-onto the same scale, score = 1 + 4 x similarity, with no criteria: it measures closeness to the
-reference, not format, factuality, consistency, realism and quality separately. Its pairwise
+The similarity judge (`semantic`) maps the offline judge's score (pipeline/rewards/semantic.py: the
+content the action does not hold, the format, the embedding similarity) onto the same scale,
+score = 1 + 4 x similarity, with no criteria: it measures closeness to the reference, not format,
+factuality, consistency, realism and quality separately. Its pairwise
 comparison is the comparison of the two similarities (the same in either order).
 
 The judge sees only the extracted prediction (strict parsing, pipeline/sft/candidates.py), never
@@ -205,14 +206,14 @@ class SemanticJudge:
         self.scorer = SemanticScorer()
 
     def pointwise(self, items: Sequence[PointwiseItem]) -> list[Verdict]:
-        similarities = self.scorer.similarities([(item.prediction, item.query.reference) for item in items])
+        similarities = self.scorer.similarities([(item.prediction, item.query.reference, item.query.action) for item in items])
         return [
             Verdict(1.0 + 4.0 * s.value, True, raw=json.dumps({"similarity": round(s.value, 6), "method": s.method}))
             for s in similarities
         ]
 
     def pairwise(self, items: Sequence[PairwiseItem]) -> list[Preference]:
-        pairs = [(text, item.query.reference) for item in items for text in (item.first, item.second)]
+        pairs = [(text, item.query.reference, item.query.action) for item in items for text in (item.first, item.second)]
         similarities = self.scorer.similarities(pairs)
         preferences = []
         for index in range(len(items)):

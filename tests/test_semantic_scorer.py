@@ -1,0 +1,125 @@
+"""The offline judge scores an observation as an observation: case tables of (action, reference, predictions)
+ranked as a person would, and JSON scored by its values (issue 17, items 5 and 11). Real MiniLM embeddings."""
+
+import pytest
+
+from pipeline.rewards.json_agreement import json_agreement
+from pipeline.rewards.semantic import SemanticScorer
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    return SemanticScorer()
+
+
+CHATTY_WC = ("wc -c field-notes.txt\n\nThis is a Bash command that counts the bytes in the file field-notes.txt "
+             "and prints the count followed by the file name.")
+
+# (domain, action, reference, [terse correct, terse wrong by one, chatty restatement, empty or whitespace])
+RANKED = [
+    ("terminal", "wc -c field-notes.txt", "169 field-notes.txt",
+     ["169 field-notes.txt", "170 field-notes.txt", CHATTY_WC, "   "]),
+    ("terminal", "ls docs", "field-notes.txt\nreadme.md\nplan.md",
+     ["field-notes.txt\nreadme.md\nplan.md\n", "field-notes.txt\nreadme.md\nplans.md",
+      "The command `ls docs` lists the files in the docs directory, for example field-notes.txt and readme.md.", ""]),
+    ("terminal", "grep -c ERROR logs/app.log", "3",
+     ["3", "4", "grep -c ERROR logs/app.log counts the lines of logs/app.log that contain ERROR.", "\n"]),
+    ("terminal", "cat logs/app.log",
+     "2026-11-30 12:00:01 INFO started worker 3\n2026-11-30 12:00:02 ERROR disk full on /var",
+     ["2026-11-30 12:00:01 INFO started worker 3\n2026-11-30 12:00:02 ERROR disk full on /var",
+      "2026-11-30 12:00:01 INFO started worker 4\n2026-11-30 12:00:02 ERROR disk full on /var",
+      "cat logs/app.log prints the contents of the log file logs/app.log, which holds the application's log lines.",
+      " \n "]),
+    ("mcp", '{"name": "get_book", "arguments": {"book_id": "B17"}}',
+     '{"book_id": "B17", "title": "Dune", "copies": 3, "available": true}',
+     ['{"book_id": "B17", "title": "Dune", "copies": 3, "available": true}',
+      '{"book_id": "B17", "title": "Dune", "copies": 2, "available": true}',
+      'The tool get_book returns the book with book_id B17: {"book_id": "B17"}', ""]),
+    ("text-game", "go north", "You are in the kitchen. A brass lamp lies on the table. Exits: south, east.",
+     ["You are in the kitchen. A brass lamp lies on the table. Exits: south, east.",
+      "You are in the kitchen. A brass lamp lies on the table. Exits: south, west.",
+      "You go north. Going north takes you to the north of where you were, moving in the north direction.", " "]),
+]
+
+
+@pytest.mark.parametrize(("domain", "action", "reference", "predictions"), RANKED, ids=[f"{c[0]}:{c[1]}" for c in RANKED])
+def test_terse_correct_beats_wrong_by_one_beats_chatty_restatement_beats_empty(scorer, domain, action, reference, predictions):
+    scores = [s.value for s in scorer.similarities([(p, reference, action) for p in predictions])]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    correct, wrong_by_one, chatty, empty = scores
+    assert correct == pytest.approx(1.0), scores
+    assert correct > wrong_by_one > chatty > empty == 0.0, scores
+
+
+def test_restating_the_action_earns_nothing_the_action_held(scorer):
+    action, reference = "wc -c field-notes.txt", "169 field-notes.txt"
+    [echo, chatty] = scorer.similarities([(action, reference, action), (CHATTY_WC, reference, action)])
+    [blind] = scorer.similarities([(CHATTY_WC, reference, "")])  # the same text, the action not given
+    assert echo.value < 0.5 and chatty.value < blind.value
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "expected", "method", "why"),
+    [
+        ("", "", 1.0, "empty_reference", "`mkdir x` prints nothing: an empty prediction is right"),
+        ("  \n", "", 1.0, "empty_reference", "whitespace is no output either"),
+        ("mkdir creates the directory x.", "", 0.0, "empty_reference", "anything else is wrong"),
+        ("hello\n", "hello", 1.0, "identical", "a trailing line end is not content"),
+        ("", "hello", 0.0, "observation", "an empty prediction of a real output"),
+        ('{"a": 1}', '{"a": 1.0}', 1.0, "json_leaves", "numbers by magnitude"),
+    ],
+)
+def test_empty_and_identical(scorer, prediction, reference, expected, method, why):
+    [similarity] = scorer.similarities([(prediction, reference, "mkdir x")])
+    assert (similarity.value, similarity.method) == (pytest.approx(expected), method), why
+
+
+BOOK = '{"book_id": "B17", "title": "Dune", "author": "Herbert", "copies": 3, "available": true}'
+CALL = '{"name": "get_book", "arguments": {"book_id": "B17"}}'
+
+
+@pytest.mark.parametrize(
+    ("prediction", "step", "why"),
+    [
+        ('{"book_id":"B17","title":"Dune","author":"Herbert","copies":3,"available":true}', 1.0, "spacing is not content"),
+        ('{"available": true, "copies": 3, "author": "Herbert", "title": "Dune", "book_id": "B17"}', 1.0, "key order is not content"),
+        ('{"book_id": "B17", "title": "Dune", "author": "Herbert", "copies": 4, "available": true}', 0.75, "one value wrong costs"),
+        ('{"book_id": "B17", "title": "Dune", "author": "Asimov", "copies": 4, "available": true}', 0.5, "two wrong cost more"),
+        ('{"book_id": "B18", "title": "Emma", "author": "Austen", "copies": 9, "available": false}', 0.0, "the right keys, every value wrong"),
+        ('{"book_id": "", "title": "", "author": "", "copies": 0, "available": null}', 0.0, "the keys with no values at all"),
+        ('{"book_id": "B17", "title": "", "author": "", "copies": 0, "available": null}', 0.0, "only the echoed id right"),
+        ('{"book_id": "B17", "title": "Dune", "author": "Herbert", "copies": "3", "available": true}', 0.75, "a string is not a number"),
+        ('{"title": "Dune", "author": "Herbert", "copies": 3, "available": true, "extra": 1, "more": 2}', 0.75, "invented keys cost precision"),
+        ('{"book": {"title": "Dune", "author": "Herbert", "copies": 3}}', 0.0, "a right value under another key does not count"),
+    ],
+)
+def test_json_scores_values_with_keys_as_context(scorer, prediction, step, why):
+    [similarity] = scorer.similarities([(prediction, BOOK, CALL)])
+    assert (similarity.value, similarity.method) == (step, "json_leaves"), why
+
+
+def test_prose_where_the_environment_answers_json_scores_below_one_step(scorer):
+    [prose, restated, empty] = scorer.similarities([
+        ("book B17: Dune by Herbert, 3 copies", BOOK, CALL), ("get_book was called with book_id B17", BOOK, CALL), ("", BOOK, CALL)
+    ])
+    assert empty.value == 0.0 < restated.value < prose.value < 0.25 and prose.method == "json_leaves"
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "expected"),
+    [
+        ('{"items": []}', '{"items": []}', 1.0),
+        ('{"items": [3]}', '{"items": []}', 0.0),
+        ('{"items": [3, 4]}', '{"items": [3, 5]}', 0.8 * 0.5 + 0.2),
+        ("[1, 2]", "[2, 1]", 0.2),  # a list's order is content
+        ('{"ok": true}', '{"ok": 1}', 0.2),  # true is not 1
+    ],
+)
+def test_json_leaf_agreement(prediction, reference, expected):
+    assert json_agreement(prediction, reference) == pytest.approx(expected)
+
+
+def test_an_echoed_leaf_weighs_less_than_one_the_environment_supplied():
+    echoed_wrong = '{"book_id": "B99", "title": "Dune", "author": "Herbert", "copies": 3, "available": true}'
+    supplied_wrong = '{"book_id": "B17", "title": "Emma", "author": "Herbert", "copies": 3, "available": true}'
+    assert json_agreement(echoed_wrong, BOOK, CALL) > json_agreement(supplied_wrong, BOOK, CALL)
