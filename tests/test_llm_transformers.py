@@ -97,3 +97,27 @@ def test_rejected_answers_are_regenerated_then_recorded_as_failed(tiny, tmp_path
         attempts = store.execute("SELECT DISTINCT attempts FROM llm_cache").fetchall()
     assert {a.error for a in result} == {"rejected answer: never good enough"}
     assert (client.tally.failed, client.tally.retries, attempts) == (len(PROMPTS), len(PROMPTS), [(2,)])
+
+
+@pytest.mark.parametrize("budget", [4, 9])
+def test_a_thinking_budget_answers_every_request_in_the_thinking_format(tiny, tmp_path, budget):
+    """Budget forcing (issue 16.3): a random model never closes a thinking block by itself, yet every
+    answer opens one, thinks for exactly the budget, closes it and then writes the observation, and
+    the budget is part of the cache key (a different budget is a different answer)."""
+    from pipeline.sft.candidates import parse_candidate
+
+    config = EndpointConfig(backend="transformers", model=str(tiny), max_tokens=6, device="cpu", temperature=1.0, seed=0)
+    with Store(tmp_path / "thinking.duckdb") as store:
+        client = open_client(config, store, "generator")
+        thought = client.complete_sync([ChatRequest(r.messages, r.sample_index, thinking_budget=budget) for r in requests(2)])
+        free = client.complete_sync(requests(2))
+    parsed = [parse_candidate(answer.text) for answer in thought]
+    assert [p.status for p in parsed] == ["ok"] * len(thought), [a.text for a in thought]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    closing = len(tokenizer.encode("\n</think>\n\n", add_special_tokens=False))
+    # The budget, the forced closing tokens, then at most max_tokens of observation.
+    assert all(budget + closing < answer.completion_tokens <= budget + closing + 6 for answer in thought)
+    assert {answer.key for answer in thought}.isdisjoint(answer.key for answer in free)
+    assert all(not parse_candidate(answer.text).ok for answer in free)  # the random model, free, never writes the format

@@ -7,9 +7,10 @@ end-of-sequence token. For throughput on a GPU worker, serve the checkpoint with
 the `openai` backend instead (README, "LLM endpoints"); this backend is the no-server path and the
 one the tests run on the tiny model.
 
-A request with a `thinking_budget` is answered in two passes (budget forcing, s1): the model
-thinks after an opened `<think>` until it closes the block or spends the budget, then the block is
-closed for it and it writes the observation that follows its thinking.
+A request with a `thinking_budget` is answered with budget forcing (s1): the answer is opened with
+`<think>`, the model thinks until it closes the block or spends the budget, then the block is closed
+for it (`BudgetForcing`, a logits processor: one `generate`, no second prefill) and it writes the
+observation that follows its thinking.
 
 Seeds: `generate` samples from torch's global generator, one draw per row of the batch, so a row's
 sample depends on its batch mates (and left padding changes numerics slightly anyway). With `seed`
@@ -94,37 +95,26 @@ class TransformersBackend:
         yield send
 
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        prompts = [
-            self._load()[1].apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
-            for r in requests
-        ]
-        if all(r.thinking_budget is None for r in requests):
-            return self._continue(requests, prompts, [""] * len(requests), self.endpoint.max_tokens)
-        # A batch is one kind of request (a stage sends its thinking requests together).
-        budget = max(r.thinking_budget or 0 for r in requests)
-        opened = [f"{THINK_OPEN}\n"] * len(requests)
-        thoughts = self._continue(requests, prompts, opened, budget, stop_strings=[THINK_CLOSE])
-        closed = [f"{THINK_OPEN}\n{_thinking_of(t.text)}\n{THINK_CLOSE}\n\n" for t in thoughts]
-        answers = self._continue(requests, prompts, closed, self.endpoint.max_tokens)
-        return [
-            Completion(a.text, a.prompt_tokens, (t.completion_tokens or 0) + (a.completion_tokens or 0))
-            for t, a in zip(thoughts, answers)
-        ]
-
-    def _continue(self, requests: list[ChatRequest], prompts: list[str], prefixes: list[str], max_new_tokens: int,
-                  stop_strings: list[str] | None = None) -> list[Completion]:
-        """Generate after each prompt and its answer prefix; the text returned starts with the prefix."""
         import torch
+        from transformers import LogitsProcessorList
 
         model, tokenizer, stops = self._load()
+        budget = max((r.thinking_budget or 0) for r in requests)  # a stage sends one kind of request at a time
+        prefix = f"{THINK_OPEN}\n" if budget else ""
+        prompts = [
+            tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True) + prefix
+            for r in requests
+        ]
         # The template already wrote every special token the model expects.
-        batch = tokenizer([p + prefix for p, prefix in zip(prompts, prefixes)], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(model.device)
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         sampling: dict[str, Any] = {"do_sample": self.endpoint.temperature > 0}
         if sampling["do_sample"]:
             sampling.update(temperature=self.endpoint.temperature, top_p=self.endpoint.top_p)
-        if stop_strings:
-            sampling.update(stop_strings=stop_strings, tokenizer=tokenizer)
+        max_new_tokens = self.endpoint.max_tokens
+        if budget:
+            forcing = BudgetForcing(tokenizer, batch["input_ids"].shape[1], budget, stops)
+            sampling["logits_processor"] = LogitsProcessorList([forcing])
+            max_new_tokens += budget + len(forcing.close_ids)
         if self.endpoint.seed is not None:
             torch.manual_seed(batch_seed(self.endpoint.seed, requests))
         with torch.inference_mode():
@@ -138,7 +128,7 @@ class TransformersBackend:
         generated = output[:, batch["input_ids"].shape[1] :].tolist()
         prompt_lengths = batch["attention_mask"].sum(dim=1).tolist()
         completions = []
-        for prefix, row, prompt_length in zip(prefixes, generated, prompt_lengths):
+        for row, prompt_length in zip(generated, prompt_lengths):
             # Up to and including the first stop token; what follows is padding of finished rows.
             end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
             text = prefix + tokenizer.decode(row[:end], skip_special_tokens=True)
@@ -146,8 +136,43 @@ class TransformersBackend:
         return completions
 
 
-def _thinking_of(text: str) -> str:
-    """The thinking a budget-forced first pass wrote: after `<think>`, up to `</think>` if the model
-    closed the block itself (a stop string may end inside a later token: cut there), without the tags."""
-    body = text.removeprefix(f"{THINK_OPEN}\n").split(THINK_CLOSE, 1)[0]
-    return body.replace(THINK_OPEN, "").strip()
+class BudgetForcing:
+    """A logits processor for answers opened with `<think>` (budget forcing, s1): while a row's thinking
+    block is open its answer cannot end; once the row has spent `budget` tokens without closing the
+    block itself, the tokens of `\n</think>\n\n` are forced one by one; after that the row writes
+    freely (the observation). A row that writes `</think>` itself is closed from then on."""
+
+    def __init__(self, tokenizer, prompt_length: int, budget: int, stop_ids: list[int]):
+        self.tokenizer = tokenizer
+        self.prompt_length = prompt_length
+        self.budget = budget
+        self.stop_ids = stop_ids
+        self.close_ids = tokenizer.encode(f"\n{THINK_CLOSE}\n\n", add_special_tokens=False)
+        self.closed: dict[int, bool] = {}
+        self.forced_from: dict[int, int] = {}
+        # The tag can span tokens: looking this many back finds it wherever it was split.
+        self.window = len(tokenizer.encode(THINK_CLOSE, add_special_tokens=False)) + 2
+
+    def __call__(self, input_ids, scores):
+        written = input_ids.shape[1] - self.prompt_length
+        for row in range(input_ids.shape[0]):
+            if self.closed.get(row):
+                continue
+            start = self.forced_from.get(row)
+            if start is None:
+                tail = self.tokenizer.decode(input_ids[row, max(self.prompt_length, input_ids.shape[1] - self.window):])
+                if THINK_CLOSE in tail:
+                    self.closed[row] = True
+                    continue
+                if written < self.budget:
+                    scores[row, self.stop_ids] = float("-inf")  # thinking must be closed before the answer ends
+                    continue
+                start = self.forced_from[row] = written
+            step = written - start
+            if step >= len(self.close_ids):
+                self.closed[row] = True
+                continue
+            forced = self.close_ids[step]
+            scores[row, :] = float("-inf")
+            scores[row, forced] = 0.0
+        return scores
