@@ -4,7 +4,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 # Also told of every advance, as observer(description, completed, total): the Prefect flows publish
@@ -16,7 +24,9 @@ OBSERVERS: list[Callable[[str, int, int | None], None]] = []
 def progress_bar(description: str, total: int | None) -> Iterator[Callable[..., None]]:
     """Yields `advance(n, status=None)`; a status is shown after the description (the LLM client's
     done/cached/failed/tokens line). Rich draws nothing on a non-terminal (CI logs, Prefect workers)."""
-    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    # Elapsed and remaining (the ETA, from the pace so far): on 2 cores a stage of the demo takes minutes.
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn()]
     console = Console(stderr=True)
     with Progress(*columns, transient=True, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task(description, total=total)

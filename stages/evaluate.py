@@ -579,6 +579,24 @@ def _summary(rows: list[dict[str, Any]], eval_set: EvalSet, judge: str, reused: 
             f"over domains): {overall} ({reused} reused, not recomputed)")
 
 
+def _check_budget(config, models: list[EvaluatedModel], eval_set: EvalSet) -> None:
+    """`predictor.max_tokens` must hold the p95 target observation and, when a thinking model is among
+    those asked, the thinking its SFT samples taught (issue 16.4), in the models' tokenizer (the first
+    local folder's: checkpoints of one pipeline share it). Served models without a folder are not checked."""
+    from pipeline.evaluation.prompting import THINKING_FORMATS
+    from pipeline.training.budgets import answer_tokens, percentile_95, require_budget, thinking_allowance
+    from pipeline.training.models import load_tokenizer
+
+    local = [model for model in models if model.path is not None and _is_model_folder(model.path)]
+    if not local or not eval_set.queries:
+        return
+    thinking = max((thinking_allowance(model.path) for model in local if model.prompt_format in THINKING_FORMATS), default=0)
+    tokenizer = load_tokenizer(local[0].path, config.model.trust_remote_code)
+    needed = percentile_95(answer_tokens(tokenizer, [query.reference for query in eval_set.queries])) + thinking
+    what = "the target observations" + (" plus the thinking SFT taught" if thinking else "")
+    require_budget("evaluate.predictor.max_tokens", config.evaluate.predictor.max_tokens, needed, what)
+
+
 def run(config, store, checkpoints: list[str] | None = None, data: list[str] | None = None, thinking: bool = False) -> StageResult:
     eval_set, snapshot = build_eval_set(config, store, data)
     models = named_models(config, store, checkpoints, thinking) if checkpoints else default_models(config, store)
@@ -589,6 +607,7 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
             f"evaluate.predictor.model {config.evaluate.predictor.model!r} names one served model for {len(models)} "
             f"checkpoints: use {CHECKPOINT_PLACEHOLDER} in it, or give one --checkpoint"
         )
+    _check_budget(config, models, eval_set)
     baseline = baseline_model(config, store)
     models += [baseline] if baseline is not None else []
     scorer = Scorer(config, store)

@@ -208,10 +208,28 @@ def prepare(config, store) -> Plan:
     rl = config.rl
     plan = _plan(config, store)
     if not plan.done:
-        _prompts(config, store, plan)
+        prompts = _prompts(config, store, plan)
         heldout = choose_targets(target_turns(store, "eval"), rl.eval_queries, rl.seed) if rl.eval_queries else []
         write_text_atomic(plan.output_dir / HELDOUT_FILE, json.dumps(heldout) + "\n")
+        _check_budgets(config, plan, [p.reference for p in prompts], [q.reference for q in _heldout_queries(config, plan)])
     return plan
+
+
+def _check_budgets(config, plan: Plan, rollout_references: list[str], heldout_references: list[str]) -> None:
+    """Completions must hold the answers they are rewarded on: the observation and, for a model SFT
+    taught to think, its thinking (issue 16.4: 48-token completions for 200-token answers made every
+    reward equal and every gradient 0)."""
+    from pipeline.training.budgets import answer_tokens, percentile_95, require_budget, thinking_allowance
+    from pipeline.training.models import load_tokenizer
+
+    tokenizer = load_tokenizer(plan.base_ref, config.model.trust_remote_code)
+    thinking = thinking_allowance(plan.base_ref)
+    what = "the observations" + (" plus the thinking SFT taught" if thinking else "")
+    require_budget("rl.max_completion_length", config.rl.max_completion_length,
+                   percentile_95(answer_tokens(tokenizer, rollout_references)) + thinking, f"{what} of the rl prompts")
+    if heldout_references:
+        require_budget("rl.eval_max_tokens", config.rl.eval_max_tokens,
+                       percentile_95(answer_tokens(tokenizer, heldout_references)) + thinking, f"{what} of the held-out queries")
 
 
 def train(config, plan: Plan) -> None:

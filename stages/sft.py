@@ -41,6 +41,8 @@ from pipeline.sft.base_model import sft_base_ref
 from pipeline.sft.candidates import parse_candidate, render_thinking_output
 from pipeline.sft.queries import Query, choose_targets, load_queries
 from pipeline.stage import StageResult
+from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
+from pipeline.training.models import load_tokenizer
 from pipeline.training.runs import RunPlan, claim_run_folder, complete_run, heldout_metrics
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
@@ -194,7 +196,7 @@ def _plot_scores(store, plan: Plan, judge_label: str, selection: str, queries: l
 # -- 3. sequences ---------------------------------------------------------------------------------
 def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queries: list[Query]) -> dict[str, Any]:
     from pipeline.sft.samples import sft_sequence
-    from pipeline.training.models import ensure_chatml_tokens, load_tokenizer
+    from pipeline.training.models import ensure_chatml_tokens
     from pipeline.training.sequences import SequenceBuilder, SequenceWriter
 
     stats_path = plan.sequences_dir / STATS_FILE
@@ -206,6 +208,7 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
     by_id = {query.query_id: query for query in queries}
     counted = Counter()
     templates = Counter()
+    thinking_lengths: list[int] = []
     builder = SequenceBuilder(tokenizer, config.sft.max_length, config.sft.seed)
     with SequenceWriter(plan.sequences_dir / "train.parquet") as train:
         for row in selections:
@@ -220,6 +223,9 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
                 counted["samples_too_long"] += 1
                 continue
             train.write(built.sequence)
+            # The thinking block as taught, tags and separator included: what a held-out answer spends
+            # before its observation (pipeline/training/budgets.py).
+            thinking_lengths.append(len(tokenizer.encode(render_thinking_output(row["thinking"], ""), add_special_tokens=False)))
             templates[row["template_id"]] += 1
             counted["train_sequences"] += 1
             counted["train_tokens"] += len(built.sequence.input_ids)
@@ -238,6 +244,7 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
                 break
     stats = {**{k: counted[k] for k in ("train_sequences", "train_tokens", "train_label_tokens", "samples_too_long",
                                         "history_turns_dropped", "eval_sequences")},
+             THINKING_P95: percentile_95(thinking_lengths),
              "templates": {str(t): n for t, n in sorted(templates.items())}}
     stats_path.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")  # last: marks both files complete
     return stats
@@ -303,6 +310,16 @@ def _heldout_score(queries: list[Query], predictions: list[dict], judge) -> dict
     return {"queries": len(queries), "usable_predictions": len(usable), "mean_score": sum(scores) / len(scores)}
 
 
+def _check_generator_budgets(sft, tokenizer, queries: list[Query]) -> None:
+    """Each model generator's `max_tokens` must at least hold the observations it predicts (with budget
+    forcing the thinking has a budget of its own; a model that thinks freely needs more still)."""
+    needed = percentile_95(answer_tokens(tokenizer, [query.reference for query in queries]))
+    for position, generator in enumerate(sft.generators):
+        if generator.kind == "endpoint":
+            require_budget(f"sft.generators[{position}].endpoint.max_tokens", generator.endpoint.max_tokens, needed,
+                           "the observations of the sft queries")
+
+
 # -- 5. the three steps: prepare (data side), train (training side), record (data side) ------------
 def prepare(config, store) -> Plan:
     """Everything that reads or writes the store: sampling and judging, then the Parquet sequences."""
@@ -317,6 +334,9 @@ def prepare(config, store) -> Plan:
         return plan
     chosen = choose_targets(target_turns(store, "sft"), sft.max_queries, sft.seed)
     queries = load_queries(plan.snapshot_dir, "sft", chosen, sft.max_history_chars)
+    heldout = choose_targets(target_turns(store, "eval"), sft.eval_queries, sft.seed) if sft.eval_queries else []
+    tokenizer = load_tokenizer(plan.base_ref, config.model.trust_remote_code)
+    _check_generator_budgets(sft, tokenizer, queries)
     label = judge_label(sft.judge)
     judge, judge_client = build_judge(sft.judge, store)
     sampler, tally = _sample(config, store, plan, queries, judge, label)
@@ -335,7 +355,10 @@ def prepare(config, store) -> Plan:
             f"none of the {kept} kept samples fits in sft.max_length ({sft.max_length} tokens) even without history: "
             "raise sft.max_length"
         )
-    heldout = choose_targets(target_turns(store, "eval"), sft.eval_queries, sft.seed) if sft.eval_queries else []
+    heldout_references = [q.reference for q in load_queries(plan.snapshot_dir, "eval", heldout, sft.max_history_chars)]
+    require_budget("sft.eval_max_tokens", sft.eval_max_tokens,
+                   percentile_95(answer_tokens(tokenizer, heldout_references)) + stats.get(THINKING_P95, 0),
+                   "the held-out observations plus the thinking the kept samples teach")
     write_text_atomic(plan.output_dir / QUERIES_FILE, json.dumps({"sft": chosen, "eval": heldout}) + "\n")
     _plot_scores(store, plan, label, sampler.selection, queries, sft.min_score)
     sampling = {
