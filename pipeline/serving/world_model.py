@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.serving.chatml import PromptTokens
 from pipeline.serving.export_folder import read_metadata
 from pipeline.serving.prompt_formats import prompt_format
 
@@ -38,12 +39,13 @@ class WorldModel:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval()
+        self._prompt_tokens = PromptTokens(self.tokenizer, self.format.thinking)
         self._lock = threading.Lock()
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt's tokens, as the exported chat template lays them out (any server would)."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """The prompt's tokens, as training builds them (pipeline/serving/chatml.py): the chat template's
+        layout, with special-token text inside content encoded as text."""
+        return self._prompt_tokens.ids(messages)
 
     def generate(self, prompt: list[int], max_tokens: int, temperature: float | None, top_p: float | None,
                  seed: int | None) -> Generation:
