@@ -389,7 +389,7 @@ def test_an_oversized_body_is_refused_before_it_is_read(server):
 
 
 def test_environment_class_steps_against_the_server(server, client):
-    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=12)
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=12, temperature=0)
     assert env.format.name == "sft"  # read from the server's model list
     assert env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space,
                                                "initial_state": SYSTEM.initial_state}) == SYSTEM.initial_state
@@ -405,9 +405,87 @@ def test_environment_class_steps_against_the_server(server, client):
 
 
 def test_environment_class_returns_the_observation_and_keeps_the_thinking_aside(server):
-    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=40)
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=40, temperature=0)
     env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state})
     env.history = list(TURNS)  # the trajectory the model was taught to answer
     assert env.step("wc -l notes.txt") == "3 notes.txt"
     assert env.last_thinking == "Three lines."
     assert env.history[-1] == ("wc -l notes.txt", "3 notes.txt")
+
+
+def test_history_is_shortened_as_training_shortened_it(server, folder):
+    """A long episode no longer dies with context_length_exceeded: the character budget first (sft's
+    kept_history), then the oldest turns dropped one at a time until the prompt and its budget fit, and
+    exactly as many as that: one more turn would not have fit."""
+    from transformers import AutoTokenizer
+
+    from pipeline.serving.chatml import PromptTokens
+
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=8, temperature=0)
+    assert env.max_history_chars == 24_000  # read from the server, as the export recorded it
+    env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space})
+    env.history = [(f"cat part{i}.txt", f"line {i} of the log, " * 4) for i in range(40)]
+    env.step("wc -l notes.txt")
+    kept = env.last_history_sent
+    assert 0 < kept < 40 and len(env.history) == 41
+    tokens = PromptTokens(AutoTokenizer.from_pretrained(folder), thinking=True)
+
+    def prompt_length(turns):
+        return len(tokens.ids(world_model_messages(env.format, "terminal", env.system, turns, "wc -l notes.txt")))
+
+    assert prompt_length(env.history[40 - kept : 40]) + 8 <= 512 < prompt_length(env.history[39 - kept : 40]) + 8
+
+    budgeted = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=8,
+                                     max_history_chars=200)
+    budgeted.history = list(env.history[:40])
+    assert budgeted.kept_history() == env.history[40 - len(budgeted.kept_history()) : 40]
+    assert sum(len(a) + len(o) for a, o in budgeted.kept_history()) <= 200 < sum(
+        len(a) + len(o) for a, o in env.history[39 - len(budgeted.kept_history()) : 40])
+
+
+def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
+    from gymnasium.utils.env_checker import check_env
+
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    spec = EpisodeSpec(SYSTEM.task_description, SystemPrompt(action_space=SYSTEM.action_space,
+                                                             initial_state=SYSTEM.initial_state), max_steps=3)
+    env = WorldModelEnv(server, "world-model-test", "terminal", spec, max_tokens=8, max_action_chars=24)
+    check_env(env, skip_render_check=True)
+
+    def episode(seed):
+        observation, info = env.reset(seed=seed)
+        assert observation == SYSTEM.initial_state and info["task"] == SYSTEM.task_description
+        return [env.step(action) for action in ("ls", "cat notes.txt", "wc -l notes.txt")]
+
+    first = episode(3)
+    assert [step[0] for step in episode(3)] == [step[0] for step in first]  # sampled at temperature 1, reproduced
+    assert [step[0] for step in episode(4)] != [step[0] for step in first]
+    assert [(reward, terminated, truncated) for _, reward, terminated, truncated, _ in first] == [
+        (0.0, False, False), (0.0, False, False), (0.0, False, True)]  # the step limit truncates
+
+
+@pytest.mark.parametrize(
+    "ends, expected",
+    [
+        ({"success_pattern": r"^3 notes"}, (1.0, True, False)),
+        ({"verifier": "def verify(observation):\n    return observation.split()[0] == '3'\n"}, (1.0, True, False)),
+        ({"verifier": "def verify(observation):\n    return observation == 'nothing'\n", "max_steps": 1},
+         (0.0, False, True)),
+        ({"success_pattern": r"^4 notes"}, (0.0, False, False)),
+    ],
+)
+def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expected):
+    """The taught step ("3 notes.txt") against a success pattern, a sandboxed verifier, a step limit."""
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    options = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
+               "initial_state": SYSTEM.initial_state, **ends}
+    env = WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec(""), max_tokens=40, temperature=0)
+    env.reset(seed=0, options=options)
+    env.simulator.history = list(TURNS)  # the trajectory the model was taught to answer
+    observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
+    assert observation == "3 notes.txt" and info["thinking"] == "Three lines."
+    assert (reward, terminated, truncated) == expected, info["reason"]
