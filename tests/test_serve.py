@@ -51,7 +51,7 @@ THINKING_QUERY = world_model_messages(prompt_format("sft"), "terminal", SYSTEM, 
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 
 
-def teach(model_dir: Path, messages: list[dict[str, str]], answer: str) -> None:
+def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
     served model really writes thinking and the server's separation of it is tested on a real output."""
     import torch
@@ -59,9 +59,10 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str) -> None:
 
     from pipeline.serving.chat_template import chat_template
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.chat_template = chat_template(thinking=True)
-    prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer.chat_template = chat_template(thinking=True)
+    prompt = tokenizer(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
                        add_special_tokens=False)["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -489,3 +490,47 @@ def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expe
     observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
     assert observation == "3 notes.txt" and info["thinking"] == "Three lines."
     assert (reward, terminated, truncated) == expected, info["reason"]
+
+
+TOOL_CALL = '<tool_call>\n{"name": "act", "arguments": {"action": "wc -l notes.txt"}}\n</tool_call>'
+
+
+def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
+    """One GRPO step of TRL 1.16 with `environment_factory`: a tiny policy (taught to call the `act` tool,
+    so the test does not wait on a random policy finding it) acts in the served world model; TRL calls
+    `act`, the world model answers, `get_reward` scores the episode."""
+    import importlib.resources
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from transformers.utils import get_json_schema
+    from trl import GRPOConfig, GRPOTrainer
+
+    from pipeline.serving.trl_env import WorldModelToolEnv, world_model_environment_factory
+
+    policy = build_tiny_model(TinyModelConfig(max_position_embeddings=1024), [REPO / "data/demo/terminal.jsonl"],
+                              tmp_path / "policy")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    # A tool-calling template TRL knows how to parse (its Qwen3 one; the tiny tokenizer has the same specials).
+    tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer.save_pretrained(policy)
+    task = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state}
+    prompt = [{"role": "user", "content": SYSTEM.task_description + SYSTEM.initial_state}]  # TRL appends the reset's text
+    teach(policy, prompt, TOOL_CALL, tokenizer=tokenizer, tools=[get_json_schema(WorldModelToolEnv.act)])
+
+    episodes = Dataset.from_list([{"prompt": [{"role": "user", "content": SYSTEM.task_description}], **task,
+                                   "success_pattern": r"\S", "max_steps": 1}] * 2)
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=64, max_steps=1, max_tool_calling_iterations=1,
+                      report_to=[], logging_steps=1, save_strategy="no")
+    factory = world_model_environment_factory(server, "world-model-test", "terminal", max_tokens=8)
+    trainer = GRPOTrainer(model=str(policy), processing_class=tokenizer, args=args, train_dataset=episodes,
+                          environment_factory=factory)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    logged = trainer.state.log_history[0]
+    assert logged["tools/call_frequency"] == 1.0 and logged["tools/failure_frequency"] == 0.0
+    assert "rewards/WorldModelToolEnv/mean" in logged
+    histories = [environment._simulator.history for environment in trainer.environments]
+    assert [[action for action, _ in history] for history in histories] == [["wc -l notes.txt"]] * 2
+    assert trainer.environments[0]._seed != trainer.environments[1]._seed  # a GRPO group samples, not repeats
