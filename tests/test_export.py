@@ -86,7 +86,7 @@ def test_export_writes_a_servable_folder(exported):
             "generation_config.json", "simulacra.json", "README.md"} <= names
     assert not any(name.endswith((".bin", ".pt")) for name in names)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert tokenizer.chat_template == chat_template(thinking=True)
+    assert tokenizer.chat_template == chat_template(prompt_format("sft"))
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in GenerationConfig.from_pretrained(folder).eos_token_id
     AutoModelForCausalLM.from_pretrained(folder)
     metadata = json.loads((folder / "simulacra.json").read_text())
@@ -264,7 +264,7 @@ def test_chat_template_renders_the_cpt_training_tokens(exported, tmp_path):
 
     config, result, _, _ = exported
     tokenizer = AutoTokenizer.from_pretrained(result.output_path)
-    tokenizer.chat_template = chat_template(thinking=False)
+    tokenizer.chat_template = chat_template(prompt_format("cpt"))
     builder = SequenceBuilder(tokenizer, 1 << 20, 0)
     checked = set()
     for trajectory in _trajectories(config, tmp_path, "cpt"):
@@ -292,7 +292,7 @@ def test_history_observations_lose_their_thinking(observation):
 
     messages = [{"role": "user", "content": "ls"}, {"role": "assistant", "content": observation},
                 {"role": "user", "content": "pwd"}]
-    rendered = Template(chat_template(thinking=True)).render(messages=messages, add_generation_prompt=True)
+    rendered = Template(chat_template(prompt_format("sft"))).render(messages=messages, add_generation_prompt=True)
     assert rendered == ("<|im_start|>user\nls<|im_end|>\n<|im_start|>assistant\nREADME.md  src<|im_end|>\n"
                         "<|im_start|>user\npwd<|im_end|>\n<|im_start|>assistant\n")
 
@@ -370,3 +370,55 @@ def test_a_literal_end_token_inside_content_is_text_as_in_training(exported):
     assert ids.count(im_end) == len(messages)  # one per message: none forged by the content
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert tokenizer(rendered, add_special_tokens=False)["input_ids"].count(im_end) > len(messages)
+
+
+@pytest.mark.parametrize("name", ["cpt", "sft", "rl"])
+def test_the_chat_template_renders_the_system_prompt_from_its_parts(exported, tmp_path, name):
+    """Issue 19, deliver 2: the five parts sent as named system messages (tools in `tools`) render, in the
+    exported template, the very system prompt the training stages' renderer writes, on every demo
+    trajectory of every pool."""
+    from transformers import AutoTokenizer
+
+    from pipeline.serving.prompt_formats import part_messages
+
+    config, result, _, _ = exported
+    fmt = prompt_format(name)
+    tokenizer = AutoTokenizer.from_pretrained(result.output_path)
+    tokenizer.chat_template = chat_template(fmt)
+    checked = 0
+    for pool in ("cpt", "sft", "eval"):
+        for trajectory in _trajectories(config, tmp_path / pool, pool):
+            rendered = tokenizer.apply_chat_template(part_messages(trajectory.domain, trajectory.system),
+                                                     tools=trajectory.system.tools or None, tokenize=False)
+            expected = fmt.render_system(trajectory.domain, trajectory.system)
+            assert rendered == f"<|im_start|>system\n{expected}<|im_end|>\n"
+            checked += 1
+    assert checked > 100
+
+
+def test_the_cards_example_renders_the_training_tokens(exported):
+    """The model card's example request, rendered through the exported template as any server would,
+    is token for token the prompt of the SFT sample of the same query."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM
+    from pipeline.training.sequences import ScoredTurn
+
+    _, result, _, _ = exported
+    card = (result.output_path / "README.md").read_text()
+    request = json.loads(re.search(r"### Example request\n.*?```json\n(.*?)\n```", card, re.S).group(1))
+    tokenizer = AutoTokenizer.from_pretrained(result.output_path)
+    rendered = tokenizer.apply_chat_template(request["messages"], tools=request.get("tools"), tokenize=False,
+                                             add_generation_prompt=True)
+    ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    system = SystemPrompt(**EXAMPLE_SYSTEM)
+    turns = [m["content"] for m in request["messages"] if m["role"] in ("user", "assistant")]
+    history = [ScoredTurn(i, a, o, "history", 1.0) for i, (a, o) in enumerate(zip(turns[:-1:2], turns[1::2]))]
+    builder = SequenceBuilder(tokenizer, 1 << 20, 0)
+    sample = sft_sequence(builder, "card", TEMPLATES[0].render(EXAMPLE_DOMAIN, system), history, turns[-1],
+                          "<think>\n.\n</think>\n\n3 notes.txt", len(history))
+    labelled = next(i for i, label in enumerate(sample.sequence.labels) if label != -100)
+    assert ids == sample.sequence.input_ids[:labelled]
+    assert any(m.get("name") == "task_description" for m in request["messages"])  # the parts, not a rendered prompt

@@ -61,7 +61,7 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenize
 
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        tokenizer.chat_template = chat_template(thinking=True)
+        tokenizer.chat_template = chat_template(prompt_format("sft"))
     prompt = tokenizer(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
                        add_special_tokens=False)["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -148,6 +148,23 @@ def test_messages_and_structured_fields_simulate_the_same_step(client):
     assert by_messages.usage.prompt_tokens == structured.usage.prompt_tokens > 50
     assert by_messages.choices[0].finish_reason in ("stop", "length")
     assert by_messages.usage.completion_tokens <= 12
+
+
+def test_system_prompt_parts_as_named_messages_are_the_rendered_prompt(client):
+    """The card's way (issue 19, deliver 2): the parts as named system messages and `tools` give the prompt
+    the rendered system message gives."""
+    from pipeline.serving.prompt_formats import part_messages
+
+    tools = [{"type": "function", "function": {"name": "wc", "description": "count lines"}}]
+    system = SystemPrompt(SYSTEM.task_description, SYSTEM.action_space, tools, SYSTEM.initial_state)
+    rendered = world_model_messages(prompt_format("sft"), "terminal", system, TURNS, "wc -l notes.txt")
+    parts = part_messages("terminal", system) + rendered[1:]
+    by_rendered = client.chat.completions.create(model="world-model-test", messages=rendered, max_tokens=8,
+                                                 temperature=0)
+    by_parts = client.chat.completions.create(model="world-model-test", messages=parts, tools=tools, max_tokens=8,
+                                              temperature=0)
+    assert by_parts.usage.prompt_tokens == by_rendered.usage.prompt_tokens
+    assert by_parts.choices[0].message.content == by_rendered.choices[0].message.content
 
 
 def test_control_instructions_reach_the_prompt(client):

@@ -67,7 +67,7 @@ def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[
     partial.mkdir(parents=True)
     _write_weights(source, partial)
     tokenizer = load_tokenizer(str(source))
-    tokenizer.chat_template = chat_template(fmt.thinking)
+    tokenizer.chat_template = chat_template(fmt)
     tokenizer.model_max_length = metadata["context_length"]  # the trained length, which servers read as the limit
     tokenizer.save_pretrained(partial)
     stops = _write_generation_config(source, partial, tokenizer)

@@ -139,11 +139,15 @@ EXAMPLE_ACTION = "wc -l notes.txt"
 
 
 def example_request(fmt, model_name: str, max_tokens: int) -> dict[str, Any]:
-    """A complete chat-completions body for the example trajectory in `fmt`, the prompt format served."""
-    from pipeline.serving.prompt_formats import world_model_messages
+    """A complete chat-completions body for the example trajectory: the system prompt as its named parts
+    (the exported chat template renders them in the model's format, `fmt`), the history, the action."""
+    from pipeline.serving.prompt_formats import part_messages
     from pipeline.store.schema import SystemPrompt
 
-    messages = world_model_messages(fmt, EXAMPLE_DOMAIN, SystemPrompt(**EXAMPLE_SYSTEM), EXAMPLE_TURNS, EXAMPLE_ACTION)
+    messages = part_messages(EXAMPLE_DOMAIN, SystemPrompt(**EXAMPLE_SYSTEM))
+    for action, observation in EXAMPLE_TURNS:
+        messages += [{"role": "user", "content": action}, {"role": "assistant", "content": observation}]
+    messages.append({"role": "user", "content": EXAMPLE_ACTION})
     return {"model": model_name, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
 
 
@@ -182,8 +186,9 @@ def render_card(facts: CardFacts) -> str:
         f"- Exported from checkpoint `{facts.source_checkpoint}` (stage `{facts.source_stage}`), {base}; "
         f"trained at {facts.context_length} tokens, the context length servers should allow. Licence "
         f"`{facts.license}` ({facts.license_source}).",
-        f"- Prompt format `{facts.prompt_format}`: the system message is the world-model prompt rendered by "
-        "`pipeline/serving/prompt_formats.py`; user messages are actions, assistant messages observations. "
+        f"- Prompt format `{facts.prompt_format}`: the system prompt is sent as its parts (example below) or "
+        "already rendered by `pipeline/serving/prompt_formats.py`; user messages are actions, assistant messages "
+        "observations. "
         "The chat template (`chat_template.jinja`, read with the tokenizer) lays them out as in training, and `generation_config.json` "
         "stops at `<|im_end|>`, where observations end.",
         f"- {thinking}",
@@ -192,9 +197,11 @@ def render_card(facts: CardFacts) -> str:
         "`pipeline.serving.environment.WorldModelEnvironment` or the gymnasium / TRL environments of "
         "`pipeline.serving`.\n",
         "### Example request\n",
-        "A complete `POST /v1/chat/completions` body: the system message is the world-model prompt, each user "
-        "message an action, each assistant message the observation it got; the model answers the last action's "
-        "observation.\n",
+        "A complete `POST /v1/chat/completions` body for any server that applies the exported chat template: the "
+        "system prompt's parts as system messages named for them (`domain`, `task_description`, `action_space`, "
+        "`initial_state`, `demonstrations`, `simulation_instructions`; tools in the request's `tools`), which the "
+        "template renders in the prompt format the model was trained on; each user message an action, each "
+        "assistant message the observation it got. The model answers the last action's observation.\n",
         "```json\n" + json.dumps(facts.example_request, indent=2, ensure_ascii=False) + "\n```\n",
         "## Training data\n",
         "### Sources\n",

@@ -16,8 +16,10 @@ OpenAI's), `top_p`, `max_tokens` / `max_completion_tokens`, `presence_penalty`,
 others are accepted and ignored, each for a reason (IGNORED_FIELDS). Messages: content is a string
 or a list of text parts (joined with newlines, as vLLM joins them); `developer` is the system role
 (OpenAI's newer name for it) and `tool` / `function` messages are observations (the tool's answer is
-what the environment returned, the assistant role of training); `name`, `tool_calls` and the like on
-a message are ignored. Unknown fields are still refused, with their name: a misspelt `acton`
+what the environment returned, the assistant role of training); a system message `name`d for a
+system-prompt part (`domain`, `task_description`, ...) carries that part, and the server renders the
+prompt from them and the request's `tools`, as the exported chat template does; `name` elsewhere,
+`tool_calls` and the like on a message are ignored. Unknown fields are still refused, with their name: a misspelt `acton`
 silently dropped would simulate the wrong step.
 """
 
@@ -70,6 +72,7 @@ class Message(Lenient):
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
+    name: str | None = None  # on a system message, the system-prompt part it carries (SYSTEM_PART_NAMES)
 
     def world_model_role(self) -> str:
         return {"developer": "system", "tool": "assistant", "function": "assistant"}.get(self.role, self.role)

@@ -26,7 +26,7 @@ import uuid
 from typing import Any
 
 from pipeline.serving.batching import Row, Sampling, Scheduler, Step
-from pipeline.serving.prompt_formats import world_model_messages
+from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
@@ -60,14 +60,37 @@ def _validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
     return (f"field `{field}`: {message}" if field else message), field
 
 
+def _is_part(message) -> bool:
+    return message.world_model_role() == "system" and message.name in SYSTEM_PART_NAMES
+
+
+def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, str]) -> dict[str, str]:
+    """The system message the part messages and `tools` stand for, rendered in the model's format."""
+    if "domain" not in parts:
+        raise RequestError(400, "system-prompt parts without a `domain` part", "messages")
+    tools = request.tools if isinstance(request.tools, list) else []
+    system = SystemPrompt(task_description=parts.get("task_description", ""), action_space=parts.get("action_space"),
+                          tools=tools, initial_state=parts.get("initial_state"),
+                          demonstrations=parts.get("demonstrations"),
+                          simulation_instructions=parts.get("simulation_instructions"))
+    return {"role": "system", "content": model.format.render_system(parts["domain"], system)}
+
+
 def _messages(model, request: ChatCompletionRequest) -> list[dict[str, str]]:
     if request.messages is not None:
-        messages = []
+        messages, parts, first_part = [], {}, None
         for index, message in enumerate(request.messages):
             try:
-                messages.append({"role": message.world_model_role(), "content": message.text()})
+                text = message.text()
             except ValueError as exc:
                 raise RequestError(400, f"field `messages.{index}.content`: {exc}", f"messages.{index}.content") from None
+            if _is_part(message):
+                parts[message.name] = text
+                first_part = len(messages) if first_part is None else first_part
+                continue
+            messages.append({"role": message.world_model_role(), "content": text})
+        if parts:
+            messages.insert(first_part, _system_from_parts(model, request, parts))
         return messages
     system = request.system.prompt() if request.system is not None else SystemPrompt()
     turns = [(turn.action, turn.observation) for turn in request.turns]
