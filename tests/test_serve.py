@@ -551,3 +551,33 @@ def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
     histories = [environment._simulator.history for environment in trainer.environments]
     assert [[action for action, _ in history] for history in histories] == [["wc -l notes.txt"]] * 2
     assert trainer.environments[0]._seed != trainer.environments[1]._seed  # a GRPO group samples, not repeats
+
+
+def test_vllm_command_carries_what_the_export_recorded(folder):
+    """`simulacra serve --engine vllm` (vLLM is not installed here: the command is what is tested)."""
+    from pipeline.serving.vllm_engine import vllm_command
+
+    command = vllm_command(folder, "0.0.0.0", 9000, ["--tensor-parallel-size", "2"])
+    assert command[:3] == ["vllm", "serve", str(folder)]
+    options = dict(zip(command[3::2], command[4::2]))
+    assert options == {"--served-model-name": "world-model-test", "--host": "0.0.0.0", "--port": "9000",
+                       "--max-model-len": "512", "--generation-config": str(folder), "--reasoning-parser": "qwen3",
+                       "--tensor-parallel-size": "2"}
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--engine", "vllm"], "serve: vLLM is not installed: `pip install -e .[gpu]`"),
+        (["--engine", "sglang"], "serve: unknown engine `sglang`"),
+        (["--", "--tensor-parallel-size", "2"], "serve: unexpected arguments --tensor-parallel-size 2"),
+    ],
+)
+def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), *arguments], cwd=tmp_path, capture_output=True,
+        text=True, env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(tmp_path), "COLUMNS": "300"},
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip().startswith(message), completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1
