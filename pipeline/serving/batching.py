@@ -13,9 +13,11 @@ One decoding thread owns the model. Each step it
    padded batch may rarely move a sampled token; greedy is the exact path);
 3. ends rows at an end token (unless `ignore_eos`), a stop string (cut before it), the token budget,
    or cancellation (the client went away), and drops them from the batch and its cache.
-Each step reports to each row's listener (called on the decoding thread): the text so far that can
-be shown (a possible start of a stop string and an incomplete UTF-8 character held back), the new
-token's log-probabilities when asked, and the finish reason at the end.
+Each step reports to each streaming row's listener (called on the decoding thread): the text so far
+that can be shown (a possible start of a stop string and an incomplete UTF-8 character held back),
+the new token's log-probabilities when asked, and the finish reason at the end; a row that is not
+streamed is reported once, when it finishes (its log-probabilities collected in `Row.logprobs`), since
+every report wakes the server's event loop and costs the decoder the GIL.
 
 Why not `transformers serve --continuous-batching`: measured against this server on the same model
 (README, "Serving"), and it cannot honour per-request seeds, n, stop strings, penalties and the
@@ -78,7 +80,9 @@ class Row:
     sampling: Sampling
     choice: int
     listener: Callable[[Step], None]
+    streaming: bool = False  # report every token; otherwise only the finish (each report wakes the server's loop)
     generated: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     generator: Any = None
 
@@ -173,8 +177,11 @@ class Scheduler:
                 continue
             token, logprob = self._choose(batch.logits[i], row)
             row.generated.append(token)
+            if logprob is not None:
+                row.logprobs.append(logprob)
             finish, text = self._finished(row, token)
-            row.listener(Step(text, logprob, finish, len(row.generated)))
+            if row.streaming or finish is not None:
+                row.listener(Step(text, logprob, finish, len(row.generated)))
             if finish is None:
                 chosen.append(token)
                 keep.append(i)

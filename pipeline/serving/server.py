@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any
 
-from pipeline.serving.batching import Row, Sampling, Scheduler, Step
+from pipeline.serving.batching import Row, Sampling, Scheduler, Step, TokenLogprob
 from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
@@ -147,13 +147,13 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
     return Prepared(request, prompt, sampling)
 
 
-def _logprob_entry(model, step: Step) -> dict[str, Any]:
+def _logprob_entry(model, token: TokenLogprob) -> dict[str, Any]:
     def described(token_id: int, logprob: float) -> dict[str, Any]:
         text = model.token_text(token_id)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", errors="replace"))}
 
-    entry = described(step.logprob.token_id, step.logprob.logprob)
-    entry["top_logprobs"] = [described(token, value) for token, value in step.logprob.top]
+    entry = described(token.token_id, token.logprob)
+    entry["top_logprobs"] = [described(token_id, value) for token_id, value in token.top]
     return entry
 
 
@@ -215,7 +215,8 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, Step]] = asyncio.Queue()
         rows = [Row(prepared.prompt, prepared.sampling, choice,
-                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)))
+                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),
+                    streaming=prepared.request.stream)
                 for choice in range(prepared.request.n)]
         scheduler.submit(rows)
         if prepared.request.stream:
@@ -242,16 +243,18 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
     async def _answer(request: Request, prepared: Prepared, rows: list[Row], queue: asyncio.Queue):
         n = len(rows)
         finals: dict[int, Step] = {}
-        logprobs: dict[int, list[dict[str, Any]]] = {i: [] for i in range(n)}
+        getter = None
         while len(finals) < n:
-            try:
-                choice, step = await asyncio.wait_for(queue.get(), timeout=0.5)
-            except TimeoutError:
+            # One pending get, waited on with a timeout but never cancelled, so no step is lost to a timeout.
+            getter = getter or asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter}, timeout=0.5)
+            if not done:
                 if await request.is_disconnected():  # the client gave up: stop generating for it
+                    getter.cancel()
                     return Response(status_code=499)
                 continue
-            if step.logprob is not None:
-                logprobs[choice].append(_logprob_entry(model, step))
+            choice, step = getter.result()
+            getter = None
             if step.finish_reason is not None:
                 finals[choice] = step
         failed = next((step for step in finals.values() if step.finish_reason == "error"), None)
@@ -266,8 +269,9 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
                 message["reasoning_content"] = thinking
                 if not prepared.request.include_thinking:
                     message["content"] = observation
+            logprobs = [_logprob_entry(model, token) for token in rows[index].logprobs]
             choices.append({"index": index, "message": message, "finish_reason": step.finish_reason,
-                            "logprobs": {"content": logprobs[index]} if prepared.request.logprobs else None})
+                            "logprobs": {"content": logprobs} if prepared.request.logprobs else None})
         return {**_head(prepared), "object": "chat.completion", "choices": choices,
                 "usage": _usage(prepared, sum(step.completion_tokens for step in finals.values()))}
 
@@ -299,7 +303,7 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
                     delta["reasoning_content"] = reasoning
                 if content:
                     delta["content"] = content
-                logprobs = {"content": [_logprob_entry(model, step)]} if step.logprob is not None else None
+                logprobs = {"content": [_logprob_entry(model, step.logprob)]} if step.logprob is not None else None
                 if delta or logprobs or final:
                     yield chunk(index, delta, step.finish_reason, logprobs)
                 if final:
