@@ -218,23 +218,41 @@ def export_checkpoint() -> None:
     _report(result)
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
+    ctx: typer.Context,
     checkpoint: Annotated[Path, typer.Argument(help="An exported folder (`simulacra export` prints where it wrote it).")],
     host: Annotated[str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    device: Annotated[str, typer.Option(help="auto (a GPU when there is one), cpu, cuda, cuda:1 ...")] = "auto",
+    engine: Annotated[str, typer.Option(help="embedded (this project's server: CPU or one GPU) or vllm (GPUs; the "
+                                        "gpu extra). Arguments after `--` go to vLLM.")] = "embedded",
+    device: Annotated[str, typer.Option(help="Embedded engine: auto (a GPU when there is one), cpu, cuda, cuda:1 ...")] = "auto",
     max_tokens: Annotated[int, typer.Option(help="Token budget of an answer whose request sets none.")] = 1024,
+    max_batch: Annotated[int, typer.Option(min=1, help="Embedded engine: most sequences decoded together (each "
+                                           "choice of a request is one).")] = 32,
+    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body in MiB, refused (413) before "
+                                               "it is read.")] = 4.0,
 ) -> None:
-    """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions and /v1/models."""
+    """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
+    /v1/models, /health."""
     from pipeline.serving.export_folder import METADATA_FILE
-    from pipeline.serving.server import serve as run_server
 
     if not (checkpoint / METADATA_FILE).is_file():
         console.print(f"[red]serve:[/red] {checkpoint} is not an exported world model (no {METADATA_FILE}): "
                       "run `simulacra export` and pass the folder it prints", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    run_server(checkpoint, host, port, device, max_tokens)
+    if engine == "vllm":
+        from pipeline.serving.vllm_engine import run_vllm
+
+        raise typer.Exit(run_vllm(checkpoint.resolve(), host, port, ctx.args))
+    if engine != "embedded" or ctx.args:
+        reason = f"unknown engine `{engine}`" if engine != "embedded" else f"unexpected arguments {' '.join(ctx.args)}"
+        console.print(f"[red]serve:[/red] {reason}: --engine is embedded or vllm, and only vllm takes arguments after "
+                      "`--`", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    from pipeline.serving.server import serve as run_server
+
+    run_server(checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)))
 
 
 @app.command()

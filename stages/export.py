@@ -5,9 +5,11 @@ Read top to bottom, `run` does:
    registered checkpoint of the last training stage that ran (rl, else sft, else cpt);
 2. pick its prompt format: `export.prompt_format`, else that stage's (pipeline/serving/prompt_formats.py);
 3. write the folder (pipeline/serving/export_folder.py: safetensors, tokenizer with the world-model
-   chat template, a generation config that stops at `<|im_end|>`, `simulacra.json`, the model card
-   with the evaluation table of the exported checkpoint: it beside every model evaluated on the
-   same eval set with the same judge, pipeline/evaluation/report.py);
+   chat template, a generation config that stops at `<|im_end|>`, `simulacra.json` with the length
+   and history budget the model was trained at (pipeline/serving/provenance.py), the model card in
+   the Hub's conventions with the evaluation table of the exported checkpoint: it beside every model
+   evaluated on the same eval set with the same judge, pipeline/evaluation/report.py); no file names
+   a path of this machine;
 4. register it in `checkpoints` with stage `export`, and copy it to `export.destination` when set.
 A rerun with the same fingerprint finds the folder complete and only registers and copies again.
 """
@@ -17,9 +19,18 @@ from pathlib import Path
 
 from pipeline.evaluation.report import evaluation_rows
 from pipeline.orchestration.fingerprint import stage_fingerprint
-from pipeline.serving.export_folder import METADATA_FILE, context_length, copy_to, destination_filesystem, write_export
+from pipeline.serving.export_folder import METADATA_FILE, copy_to, destination_filesystem, write_export
 from pipeline.serving.export_source import resolve_format, resolve_source
-from pipeline.serving.model_card import CardFacts, collect_pools, collect_sources, collect_stages, render_card
+from pipeline.serving.model_card import (
+    CardFacts,
+    collect_pools,
+    collect_sources,
+    collect_stages,
+    example_request,
+    portable,
+    render_card,
+)
+from pipeline.serving.provenance import context_length, max_history_chars, provenance
 from pipeline.stage import StageResult
 
 STAGE = "export"
@@ -41,15 +52,23 @@ def run(config, store) -> StageResult:
     if (out_dir / METADATA_FILE).is_file() and json.loads((out_dir / METADATA_FILE).read_text())["fingerprint"] == fingerprint:
         action = "already exported"
     else:
+        trained_length = context_length(config, source.stage, fmt.name, source.path)
+        origin = provenance(config)
+        workspace = str(config.workspace.root)
         facts = CardFacts(
             model_name=model_name, source_checkpoint=source.checkpoint_id, source_stage=source.stage or "folder",
-            prompt_format=fmt.name, thinking=fmt.thinking, context_length=context_length(source.path),
-            base_model=source.base_model, sources=collect_sources(store), pools=collect_pools(store),
-            stages=collect_stages(config, store), evaluation=evaluation_rows(store, source.checkpoint_id),
+            prompt_format=fmt.name, thinking=fmt.thinking, context_length=trained_length,
+            base_model=origin.base_model, license=origin.license, license_source=origin.license_source,
+            example_request=example_request(fmt, model_name, 256), sources=collect_sources(store),
+            pools=collect_pools(store), stages=collect_stages(config, store),
+            evaluation=portable(evaluation_rows(store, source.checkpoint_id), workspace),
         )
         metadata = {"model_name": model_name, "fingerprint": fingerprint, "source_checkpoint": source.checkpoint_id,
-                    "source_stage": source.stage, "source_path": str(source.path)}
-        write_export(source.path, out_dir, fmt, metadata, render_card(facts))
+                    "source_stage": source.stage, "base_model": origin.base_model, "context_length": trained_length,
+                    "max_history_chars": max_history_chars(config, source.stage, fmt.name)}
+        # The store's paths stay in the store: a folder copied to another machine names none of this one's.
+        card = render_card(facts).replace(str(source.path), f"<local>/{source.path.name}").replace(workspace, "<workspace>")
+        write_export(source.path, out_dir, fmt, metadata, card)
         action = "exported"
     destination = copy_to(out_dir, config.export.destination) if config.export.destination else None
     metrics = {"source_checkpoint": source.checkpoint_id, "source_stage": source.stage, "prompt_format": fmt.name,

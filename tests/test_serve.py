@@ -1,11 +1,15 @@
 """`simulacra serve` (issue 12, "Serving it"): a real server process on 127.0.0.1 over an exported
 tiny checkpoint, driven by the `openai` client, by raw HTTP for bad requests, and by the environment class.
 
-- /v1/models lists the model with its context length and prompt format.
+- /v1/models, /v1/models/{id} and /health describe the model (context length, prompt format).
 - A chat-messages request and the same query as structured fields get the same (greedy) observation.
-- Bad requests are 4xx naming what is wrong, never a 500 (a table of cases).
+- Bad requests are 4xx naming what is wrong, never a 500 (a table of cases), a body over the limit
+  refused before it is read.
 - A thinking answer (the tiny model is taught one) reaches the client as the observation alone, its
-  thinking in `reasoning_content`, unless `include_thinking` asks for it.
+  thinking in `reasoning_content`, unless `include_thinking` asks for it; streamed, the same.
+- Issue 19's protocol: every standard field accepted, content parts and every role, n, stop, seed
+  (2**63 too), temperature 1 when omitted, logprobs, logit bias; concurrent requests decoded in one
+  batch with the answers each gets alone; a client that goes away cancels its generation.
 - WorldModelEnvironment: reset, a few steps, the history it keeps, against the real server.
 """
 
@@ -16,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import threading
 
 import httpx
 import pytest
@@ -45,7 +51,7 @@ THINKING_QUERY = world_model_messages(prompt_format("sft"), "terminal", SYSTEM, 
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 
 
-def teach(model_dir: Path, messages: list[dict[str, str]], answer: str) -> None:
+def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
     served model really writes thinking and the server's separation of it is tested on a real output."""
     import torch
@@ -53,9 +59,10 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str) -> None:
 
     from pipeline.serving.chat_template import chat_template
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.chat_template = chat_template(thinking=True)
-    prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer.chat_template = chat_template(prompt_format("sft"))
+    prompt = tokenizer(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
                        add_special_tokens=False)["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -72,17 +79,24 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The tiny model, taught one thinking answer, exported in the thinking (sft) format and served by
-    `simulacra serve` in a subprocess."""
+def folder(tmp_path_factory):
+    """The tiny model, taught one thinking answer, exported in the thinking (sft) format."""
     root = tmp_path_factory.mktemp("serve")
     model = build_tiny_model(TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny")
     teach(model, THINKING_QUERY, THINKING_ANSWER)
     folder = write_export(model, root / "export", prompt_format("sft"),
-                          {"model_name": "world-model-test", "fingerprint": "test"}, "# card\n")
+                          {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512,
+                           "max_history_chars": 24_000}, "# card\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(folder):
+    """The exported model served by `simulacra serve` in a subprocess."""
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port), "--max-tokens", "16"],
+        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port), "--max-tokens", "16",
+         "--max-body-mb", "0.25"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -108,11 +122,16 @@ def client(server):
     return OpenAI(base_url=server, api_key="unused", max_retries=0)
 
 
-def test_models_lists_the_checkpoint(client):
+def test_models_lists_the_checkpoint(server, client):
     (entry,) = client.models.list().data
     assert entry.id == "world-model-test"
     assert entry.model_extra["max_model_len"] == 512
-    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": True}
+    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": True, "max_history_chars": 24_000}
+    assert client.models.retrieve("world-model-test").id == "world-model-test"
+    missing = httpx.get(f"{server}/models/gpt-4")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    health = httpx.get(server.removesuffix("/v1") + "/health").json()
+    assert health["status"] == "ok" and health["model"] == "world-model-test"
 
 
 def test_messages_and_structured_fields_simulate_the_same_step(client):
@@ -129,6 +148,23 @@ def test_messages_and_structured_fields_simulate_the_same_step(client):
     assert by_messages.usage.prompt_tokens == structured.usage.prompt_tokens > 50
     assert by_messages.choices[0].finish_reason in ("stop", "length")
     assert by_messages.usage.completion_tokens <= 12
+
+
+def test_system_prompt_parts_as_named_messages_are_the_rendered_prompt(client):
+    """The card's way (issue 19, deliver 2): the parts as named system messages and `tools` give the prompt
+    the rendered system message gives."""
+    from pipeline.serving.prompt_formats import part_messages
+
+    tools = [{"type": "function", "function": {"name": "wc", "description": "count lines"}}]
+    system = SystemPrompt(SYSTEM.task_description, SYSTEM.action_space, tools, SYSTEM.initial_state)
+    rendered = world_model_messages(prompt_format("sft"), "terminal", system, TURNS, "wc -l notes.txt")
+    parts = part_messages("terminal", system) + rendered[1:]
+    by_rendered = client.chat.completions.create(model="world-model-test", messages=rendered, max_tokens=8,
+                                                 temperature=0)
+    by_parts = client.chat.completions.create(model="world-model-test", messages=parts, tools=tools, max_tokens=8,
+                                              temperature=0)
+    assert by_parts.usage.prompt_tokens == by_rendered.usage.prompt_tokens
+    assert by_parts.choices[0].message.content == by_rendered.choices[0].message.content
 
 
 def test_control_instructions_reach_the_prompt(client):
@@ -161,10 +197,33 @@ def test_thinking_stays_out_of_the_content_unless_asked(client):
         ("<think>\ncut at the token limit", ("cut at the token limit", "")),  # never thinking as observation
         ("3 notes.txt", (None, "3 notes.txt")),
         ("<think></think>\n\n", ("", "")),
+        ("3 notes</think>\n\nx", (None, "3 notes</think>\n\nx")),  # never opened: all observation
+        ("\n<think>\na\n</think>\nb\n\n", ("a", "b\n\n")),
     ],
 )
 def test_split_thinking(text, expected):
     assert split_thinking(text) == expected
+
+
+STREAMED = ["<think>\nit counts lines\n</think>\n\n3 notes.txt", "<think>a</think>\n  3 notes.txt\n",
+            "<think>\ncut at the token limit", "3 notes.txt", "<think></think>\n\n", "3 notes</think>\n\nx",
+            "<thin", "<think>x </thi", " \n<think> a \n\n</think>\n\n\nb", "", "<"]
+
+
+@pytest.mark.parametrize("include_thinking", [False, True])
+@pytest.mark.parametrize("text", STREAMED)
+def test_streamed_deltas_add_up_to_the_whole_answer(text, include_thinking):
+    """Fed character by character, the stream's deltas never take anything back and add up to what the
+    whole answer gets (split_thinking, or the raw text with include_thinking)."""
+    from pipeline.serving.streaming import AnswerStream
+
+    stream = AnswerStream(thinking_format=True, include_thinking=include_thinking)
+    reasoning, content = "", ""
+    for end in range(len(text) + 1):
+        r, c = stream.deltas(text[:end], final=end == len(text))
+        reasoning, content = reasoning + r, content + c
+    thinking, observation = split_thinking(text)
+    assert (reasoning, content) == (thinking or "", text if include_thinking else observation)
 
 
 LONG_HISTORY = [{"role": "user", "content": "cat big.log"}, {"role": "assistant", "content": "error line " * 400},
@@ -178,16 +237,22 @@ ACTION = [{"role": "user", "content": "ls"}]
         ("not json", 400, "not valid JSON"),
         ([1, 2], 400, "JSON object"),
         ({"messages": ACTION, "temprature": 0.5}, 400, "unknown field `temprature`"),
-        ({"messages": [{"role": "user", "content": "ls", "name": "x"}]}, 400, "unknown field `messages.0.name`"),
         ({"messages": [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "a"}]}, 400, "missing action"),
         ({"messages": []}, 400, "missing action"),
         ({"domain": "terminal", "system": {"task_description": "t"}}, 400, "missing action"),
         ({"action": "ls"}, 400, "without `domain`"),
         ({"action": "ls", "domain": "spaceship"}, 400, "field `domain`"),
         ({"messages": ACTION, "action": "ls", "domain": "terminal"}, 400, "not both"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, 400, "field `messages.0.role`"),
-        ({"messages": ACTION, "stream": True}, 400, "field `stream`"),
-        ({"messages": ACTION, "n": 2}, 400, "field `n`"),
+        ({"messages": [{"role": "narrator", "content": "x"}]}, 400, "field `messages.0.role`"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
+         "text parts only"),
+        ({"messages": ACTION, "n": 0}, 400, "field `n`"),
+        ({"messages": ACTION, "n": 17}, 400, "field `n`"),
+        ({"messages": ACTION, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop sequences"),
+        ({"messages": ACTION, "logit_bias": {"5": 200}}, 400, "outside [-100, 100]"),
+        ({"messages": ACTION, "temperature": 3}, 400, "field `temperature`"),
+        ('{"messages": [{"role": "user", "content": "ls \\ud800"}]}', 400, "lone surrogate"),
+        (b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "not valid JSON"),
         ({"messages": ACTION, "max_tokens": 0}, 400, "field `max_tokens`"),
         ({"messages": ACTION, "model": "gpt-4"}, 404, "not served here"),
         ({"messages": LONG_HISTORY}, 400, "context length of 512 tokens"),
@@ -195,7 +260,7 @@ ACTION = [{"role": "user", "content": "ls"}]
     ],
 )
 def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
-    content = body if isinstance(body, str) else json.dumps(body)
+    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
     response = httpx.post(f"{server}/chat/completions", content=content, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -203,8 +268,146 @@ def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
     assert error["type"] == "invalid_request_error"
 
 
+def test_every_standard_field_role_and_content_shape_is_accepted(client):
+    """Issue 19's list of 400s, all in one request; `developer` is the system role, a `tool` message an
+    observation, content parts join as text: the prompt is that of the plain request."""
+    plain = [{"role": "system", "content": "You simulate a shell."}, {"role": "user", "content": "ls"},
+             {"role": "assistant", "content": "a.txt"}, {"role": "user", "content": "cat a.txt"}]
+    dressed = [{"role": "developer", "content": [{"type": "text", "text": "You simulate a shell."}]},
+               {"role": "user", "content": "ls", "name": "agent"},
+               {"role": "tool", "content": [{"type": "text", "text": "a.txt"}], "tool_call_id": "call_1"},
+               {"role": "user", "content": [{"type": "text", "text": "cat a.txt"}], "name": "agent"}]
+    fields = dict(
+        tools=[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+        tool_choice="auto", parallel_tool_calls=False, response_format={"type": "text"}, user="agent-7",
+        metadata={"run": "1"}, store=False, service_tier="auto", reasoning_effort="low", logprobs=True, top_logprobs=2,
+        presence_penalty=0.0, frequency_penalty=0.0, stream_options=None,
+    )
+    base = client.chat.completions.create(model="world-model-test", messages=plain, max_tokens=6, temperature=0)
+    answer = client.chat.completions.create(model="world-model-test", messages=dressed, max_tokens=6, temperature=0,
+                                            **fields)
+    assert answer.usage.prompt_tokens == base.usage.prompt_tokens
+    assert answer.choices[0].message.content == base.choices[0].message.content
+    tokens = answer.choices[0].logprobs.content
+    assert len(tokens) == answer.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in tokens)
+    assert all(t.logprob <= 0 for t in tokens)
+
+
+OTHER_QUERY = [{"role": "system", "content": "You simulate a shell."}, {"role": "user", "content": "cat big.log"}]
+
+
+def test_temperature_defaults_to_sampling_and_a_seed_reproduces_it(client):
+    """OpenAI's default temperature is 1: two unseeded answers differ; a seed (2**63 and past too) gives the
+    same answer every time, and n choices of one seeded request are different samples."""
+    def sample(**extra):
+        return client.chat.completions.create(model="world-model-test", messages=OTHER_QUERY, max_tokens=24,
+                                              extra_body={"ignore_eos": True}, **extra)
+
+    unseeded = {sample().choices[0].message.content for _ in range(2)}
+    assert len(unseeded) == 2
+    for seed in (7, 2**63, 2**70 + 3, -5):
+        assert sample(seed=seed).choices[0].message.content == sample(seed=seed).choices[0].message.content
+    many = sample(seed=11, n=3)
+    assert [c.index for c in many.choices] == [0, 1, 2] and len({c.message.content for c in many.choices}) == 3
+    assert many.usage.completion_tokens == 3 * 24
+
+
+def test_stop_strings_cut_the_answer_before_them(client):
+    greedy = dict(model="world-model-test", messages=OTHER_QUERY, max_tokens=30, temperature=0,
+                  extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(**greedy).choices[0].message.content
+    stop = whole[10:13]
+    cut = client.chat.completions.create(**greedy, stop=["never-there", stop]).choices[0]
+    assert (cut.message.content, cut.finish_reason) == (whole[: whole.find(stop)], "stop")
+
+
+def test_logit_bias_steers_every_token(client, folder):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    token = tokenizer.convert_tokens_to_ids("a")
+    answer = client.chat.completions.create(model="world-model-test", messages=OTHER_QUERY, max_tokens=5,
+                                            temperature=0, logit_bias={str(token): 100})
+    assert answer.choices[0].message.content == "aaaaa"
+
+
+def test_streaming_answers_what_the_whole_answer_is(client):
+    for include_thinking in (False, True):
+        whole = client.chat.completions.create(model="world-model-test", messages=THINKING_QUERY, max_tokens=40,
+                                               temperature=0, extra_body={"include_thinking": include_thinking})
+        chunks = list(client.chat.completions.create(
+            model="world-model-test", messages=THINKING_QUERY, max_tokens=40, temperature=0, stream=True,
+            stream_options={"include_usage": True}, extra_body={"include_thinking": include_thinking}))
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                            for c in chunks if c.choices)
+        assert (content, reasoning) == (whole.choices[0].message.content,
+                                        whole.choices[0].message.model_extra["reasoning_content"])
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+        assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_concurrent_requests_are_decoded_together_with_their_own_answers(server, client):
+    """Eight clients at once: the decoder ran them in one batch (/health's largest batch), and each got
+    the greedy answer it gets alone (rows join and leave a batch with their cache intact)."""
+    prompts = [OTHER_QUERY[:1] + [{"role": "user", "content": "x" * (3 * i + 1)}] for i in range(8)]
+    ask = dict(model="world-model-test", max_tokens=40, temperature=0, extra_body={"ignore_eos": True})
+    alone = [client.chat.completions.create(messages=p, **ask).choices[0].message.content for p in prompts]
+    together: list[str | None] = [None] * len(prompts)
+
+    def one(i):
+        together[i] = client.chat.completions.create(messages=prompts[i], **ask).choices[0].message.content
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
+    assert httpx.get(server.removesuffix("/v1") + "/health").json()["largest_batch"] >= 2
+
+
+def _wait_for_cancellations(server, at_least: int) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        health = httpx.get(server.removesuffix("/v1") + "/health").json()
+        if (health["cancelled"] >= at_least and health["running"] == 0) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.2)
+
+
+def test_a_client_that_goes_away_cancels_its_generation(server):
+    long = {"messages": OTHER_QUERY, "max_tokens": 450, "ignore_eos": True, "temperature": 0}
+    before = httpx.get(server.removesuffix("/v1") + "/health").json()["cancelled"]
+    with httpx.stream("POST", f"{server}/chat/completions", json={**long, "stream": True}) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")  # generation started; the client closes the stream here
+    health = _wait_for_cancellations(server, before + 1)
+    assert health["cancelled"] >= before + 1 and health["running"] == 0
+    with pytest.raises(httpx.TimeoutException):  # a client that times out on a non-streamed answer
+        httpx.post(f"{server}/chat/completions", json={**long, "n": 16}, timeout=0.3)
+    health = _wait_for_cancellations(server, before + 17)
+    assert health["cancelled"] >= before + 17 and health["running"] == 0
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(server):
+    """Refused from its Content-Length, and a chunked body (no length) as soon as it passes the limit."""
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * 400_000}]}).encode()
+    response = httpx.post(f"{server}/chat/completions", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+
+    def chunked():
+        for start in range(0, len(big), 65536):
+            yield big[start : start + 65536]
+
+    response = httpx.post(f"{server}/chat/completions", content=chunked())
+    assert response.status_code == 413
+    unknown = httpx.get(server.removesuffix("/v1") + "/v2/nothing")
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_environment_class_steps_against_the_server(server, client):
-    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=12)
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=12, temperature=0)
     assert env.format.name == "sft"  # read from the server's model list
     assert env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space,
                                                "initial_state": SYSTEM.initial_state}) == SYSTEM.initial_state
@@ -220,9 +423,161 @@ def test_environment_class_steps_against_the_server(server, client):
 
 
 def test_environment_class_returns_the_observation_and_keeps_the_thinking_aside(server):
-    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=40)
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=40, temperature=0)
     env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state})
     env.history = list(TURNS)  # the trajectory the model was taught to answer
     assert env.step("wc -l notes.txt") == "3 notes.txt"
     assert env.last_thinking == "Three lines."
     assert env.history[-1] == ("wc -l notes.txt", "3 notes.txt")
+
+
+def test_history_is_shortened_as_training_shortened_it(server, folder):
+    """A long episode no longer dies with context_length_exceeded: the character budget first (sft's
+    kept_history), then the oldest turns dropped one at a time until the prompt and its budget fit, and
+    exactly as many as that: one more turn would not have fit."""
+    from transformers import AutoTokenizer
+
+    from pipeline.serving.chatml import PromptTokens
+
+    env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=8, temperature=0)
+    assert env.max_history_chars == 24_000  # read from the server, as the export recorded it
+    env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space})
+    env.history = [(f"cat part{i}.txt", f"line {i} of the log, " * 4) for i in range(40)]
+    env.step("wc -l notes.txt")
+    kept = env.last_history_sent
+    assert 0 < kept < 40 and len(env.history) == 41
+    tokens = PromptTokens(AutoTokenizer.from_pretrained(folder), thinking=True)
+
+    def prompt_length(turns):
+        return len(tokens.ids(world_model_messages(env.format, "terminal", env.system, turns, "wc -l notes.txt")))
+
+    assert prompt_length(env.history[40 - kept : 40]) + 8 <= 512 < prompt_length(env.history[39 - kept : 40]) + 8
+
+    budgeted = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=8,
+                                     max_history_chars=200)
+    budgeted.history = list(env.history[:40])
+    assert budgeted.kept_history() == env.history[40 - len(budgeted.kept_history()) : 40]
+    assert sum(len(a) + len(o) for a, o in budgeted.kept_history()) <= 200 < sum(
+        len(a) + len(o) for a, o in env.history[39 - len(budgeted.kept_history()) : 40])
+
+
+def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
+    from gymnasium.utils.env_checker import check_env
+
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    spec = EpisodeSpec(SYSTEM.task_description, SystemPrompt(action_space=SYSTEM.action_space,
+                                                             initial_state=SYSTEM.initial_state), max_steps=3)
+    env = WorldModelEnv(server, "world-model-test", "terminal", spec, max_tokens=8, max_action_chars=24)
+    check_env(env, skip_render_check=True)
+
+    def episode(seed):
+        observation, info = env.reset(seed=seed)
+        assert observation == SYSTEM.initial_state and info["task"] == SYSTEM.task_description
+        return [env.step(action) for action in ("ls", "cat notes.txt", "wc -l notes.txt")]
+
+    first = episode(3)
+    assert [step[0] for step in episode(3)] == [step[0] for step in first]  # sampled at temperature 1, reproduced
+    assert [step[0] for step in episode(4)] != [step[0] for step in first]
+    assert [(reward, terminated, truncated) for _, reward, terminated, truncated, _ in first] == [
+        (0.0, False, False), (0.0, False, False), (0.0, False, True)]  # the step limit truncates
+
+
+@pytest.mark.parametrize(
+    "ends, expected",
+    [
+        ({"success_pattern": r"^3 notes"}, (1.0, True, False)),
+        ({"verifier": "def verify(observation):\n    return observation.split()[0] == '3'\n"}, (1.0, True, False)),
+        ({"verifier": "def verify(observation):\n    return observation == 'nothing'\n", "max_steps": 1},
+         (0.0, False, True)),
+        ({"success_pattern": r"^4 notes"}, (0.0, False, False)),
+    ],
+)
+def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expected):
+    """The taught step ("3 notes.txt") against a success pattern, a sandboxed verifier, a step limit."""
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    options = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
+               "initial_state": SYSTEM.initial_state, **ends}
+    env = WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec(""), max_tokens=40, temperature=0)
+    env.reset(seed=0, options=options)
+    env.simulator.history = list(TURNS)  # the trajectory the model was taught to answer
+    observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
+    assert observation == "3 notes.txt" and info["thinking"] == "Three lines."
+    assert (reward, terminated, truncated) == expected, info["reason"]
+
+
+TOOL_CALL = '<tool_call>\n{"name": "act", "arguments": {"action": "wc -l notes.txt"}}\n</tool_call>'
+
+
+def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
+    """One GRPO step of TRL 1.16 with `environment_factory`: a tiny policy (taught to call the `act` tool,
+    so the test does not wait on a random policy finding it) acts in the served world model; TRL calls
+    `act`, the world model answers, `get_reward` scores the episode."""
+    import importlib.resources
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from transformers.utils import get_json_schema
+    from trl import GRPOConfig, GRPOTrainer
+
+    from pipeline.serving.trl_env import WorldModelToolEnv, world_model_environment_factory
+
+    policy = build_tiny_model(TinyModelConfig(max_position_embeddings=1024), [REPO / "data/demo/terminal.jsonl"],
+                              tmp_path / "policy")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    # A tool-calling template TRL knows how to parse (its Qwen3 one; the tiny tokenizer has the same specials).
+    tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer.save_pretrained(policy)
+    task = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state}
+    prompt = [{"role": "user", "content": SYSTEM.task_description + SYSTEM.initial_state}]  # TRL appends the reset's text
+    teach(policy, prompt, TOOL_CALL, tokenizer=tokenizer, tools=[get_json_schema(WorldModelToolEnv.act)])
+
+    episodes = Dataset.from_list([{"prompt": [{"role": "user", "content": SYSTEM.task_description}], **task,
+                                   "success_pattern": r"\S", "max_steps": 1}] * 2)
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=64, max_steps=1, max_tool_calling_iterations=1,
+                      report_to=[], logging_steps=1, save_strategy="no")
+    factory = world_model_environment_factory(server, "world-model-test", "terminal", max_tokens=8)
+    trainer = GRPOTrainer(model=str(policy), processing_class=tokenizer, args=args, train_dataset=episodes,
+                          environment_factory=factory)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    logged = trainer.state.log_history[0]
+    assert logged["tools/call_frequency"] == 1.0 and logged["tools/failure_frequency"] == 0.0
+    assert "rewards/WorldModelToolEnv/mean" in logged
+    histories = [environment._simulator.history for environment in trainer.environments]
+    assert [[action for action, _ in history] for history in histories] == [["wc -l notes.txt"]] * 2
+    assert trainer.environments[0]._seed != trainer.environments[1]._seed  # a GRPO group samples, not repeats
+
+
+def test_vllm_command_carries_what_the_export_recorded(folder):
+    """`simulacra serve --engine vllm` (vLLM is not installed here: the command is what is tested)."""
+    from pipeline.serving.vllm_engine import vllm_command
+
+    command = vllm_command(folder, "0.0.0.0", 9000, ["--tensor-parallel-size", "2"])
+    assert command[:3] == ["vllm", "serve", str(folder)]
+    options = dict(zip(command[3::2], command[4::2]))
+    assert options == {"--served-model-name": "world-model-test", "--host": "0.0.0.0", "--port": "9000",
+                       "--max-model-len": "512", "--generation-config": str(folder), "--reasoning-parser": "qwen3",
+                       "--tensor-parallel-size": "2"}
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--engine", "vllm"], "serve: vLLM is not installed: `pip install -e .[gpu]`"),
+        (["--engine", "sglang"], "serve: unknown engine `sglang`"),
+        (["--", "--tensor-parallel-size", "2"], "serve: unexpected arguments --tensor-parallel-size 2"),
+    ],
+)
+def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), *arguments], cwd=tmp_path, capture_output=True,
+        text=True, env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(tmp_path), "COLUMNS": "300"},
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip().startswith(message), completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1

@@ -20,6 +20,13 @@ class ExportConfig(Section):
         description="The prompt format written into the export (cpt: non-thinking, CPT's template; sft: thinking, "
         "SFT's first template). None: the format of the stage that trained the checkpoint, the one it answers best.",
     )
+    license: str | None = Field(
+        default=None,
+        description="The licence in the model card's front matter (a Hub licence id: apache-2.0, llama3.1, ...). "
+        "None: the base model's own card's licence (read from its local folder or the Hugging Face cache), the "
+        "project's apache-2.0 for the tiny offline model it builds, else `other`. A fine-tuned model keeps its base "
+        "model's licence, so set this only when the base model's card cannot be read here.",
+    )
     output_dir: Path | None = Field(
         default=None,
         description="Where the exported folder is written. None: <workspace>/runs/export/<fingerprint>/model.",

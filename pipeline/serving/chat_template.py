@@ -8,13 +8,19 @@ tokens it was trained on:
     <|im_start|>user\\n{action}<|im_end|>\\n
     <|im_start|>assistant\\n                                                                   (generation prompt)
 
-The system message carries the world-model system prompt already rendered from the five parts
-(pipeline/serving/prompt_formats.py renders it; a template cannot reproduce the project's prompt
-code byte for byte). For a thinking model, an assistant message of the history loses its
+The system prompt comes either rendered (one system message, pipeline/serving/prompt_formats.py) or
+as its parts (issue 19, deliver 2): system messages named for them (`{"role": "system", "name":
+"domain", "content": "terminal"}`, then `task_description`, `action_space`, `initial_state`,
+`demonstrations`, `simulation_instructions`) and the tools in the request's `tools`; the template then
+renders the model's own prompt format from them, the same text as the training stages' renderer
+(tests/test_export.py checks it on every demo trajectory), so a client of any server that applies
+this template (vLLM, `transformers serve`) gets exactly the training format. For a thinking model, an assistant message of the history loses its
 `<think>...</think>` block and the blank line after it: SFT and RL samples carry no thinking in
 their history (real trajectories have none), so a client that sends back what the model wrote
-still gets the training layout. Roles other than system, user and assistant are refused: the world
-model has no tool role, the tool's answer is the assistant's observation.
+still gets the training layout. `developer` is the system role; a `tool` (or `function`) message is
+an observation, the assistant role of training: the tool's answer is what the environment returned.
+Content given as a list of text parts is joined with newlines (as vLLM joins them). Other roles are
+refused.
 
 Equality with training holds where the tokenizer's pre-tokenizer splits at the boundary between a
 role header's newline and the content, which a byte-level BPE does for content that starts with a
@@ -22,32 +28,101 @@ letter, digit, punctuation or a single space; content starting with several newl
 differently at its first token (tests/test_export.py checks real trajectories token for token).
 """
 
+import json
+
+from pipeline.prompts.cpt import DOMAIN_NAMES
+from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, PromptFormat
+
 _ROLES_CHECK = (
-    "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
+    "{%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool', 'function'] -%}"
     "{{ raise_exception('world model chat: role ' + message['role'] + ' is not supported; "
     "send system, user (actions) and assistant (observations) messages') }}"
     "{%- endif -%}"
 )
 
+_CONTENT = (
+    "{%- if message['content'] is none -%}{%- set content = '' -%}"
+    "{%- elif message['content'] is string -%}{%- set content = message['content'] -%}"
+    "{%- else -%}{%- set content = message['content'] | map(attribute='text') | join('\\n') -%}{%- endif -%}"
+)
+
+_ROLE = (
+    "{%- set role = {'developer': 'system', 'tool': 'assistant', 'function': 'assistant'}.get(message['role'], "
+    "message['role']) -%}"
+)
+
 # The thinking block of a history observation goes, with up to two newlines after it, as
 # pipeline/sft/candidates.py parses a candidate.
 _STRIP_THINKING = (
-    "{%- if message['role'] == 'assistant' and '</think>' in content -%}"
+    "{%- if role == 'assistant' and '</think>' in content -%}"
     "{%- set content = content.split('</think>')[-1] -%}"
     "{%- if content.startswith('\\n\\n') -%}{%- set content = content[2:] -%}"
     "{%- elif content.startswith('\\n') -%}{%- set content = content[1:] -%}{%- endif -%}"
     "{%- endif -%}"
 )
 
+_IS_PART = "message['role'] in ['system', 'developer'] and message.get('name') in " + json.dumps(list(SYSTEM_PART_NAMES))
 
-def chat_template(thinking: bool) -> str:
-    """The Jinja chat template for a model of a thinking (SFT, RL) or non-thinking (CPT) format."""
+
+def _literal(value) -> str:
+    """A Python string or dict of strings as a Jinja literal (JSON's escapes are Jinja's)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def _system_from_parts(fmt: PromptFormat) -> str:
+    """Jinja that renders `fmt`'s system prompt from part messages, as SFTTemplate.render does in Python:
+    the intro and instruction, the task description, the action space and tools (one compact JSON with
+    sorted keys per line, pipeline/prompts/cpt.py's tools_text), then the other parts, each a Markdown
+    section when it is not empty, in the layout's order."""
+    layout = fmt.layout
+    if layout.markup.__name__ != "_markdown" or layout.numbered:
+        raise ValueError(f"prompt format {fmt.name}: only Markdown, unnumbered layouts render in the chat template")
+    values = "".join(
+        f"{{%- elif message['name'] == '{name}' -%}}{{%- set ns.{name} = content -%}}" for name in SYSTEM_PART_NAMES[1:]
+    )
     return (
-        "{%- for message in messages -%}"
+        "{%- set ns = namespace(found=false, domain='', task_description='', action_space=none, initial_state=none, "
+        "demonstrations=none, simulation_instructions=none) -%}"
+        "{%- for message in messages -%}{%- if " + _IS_PART + " -%}" + _CONTENT + "{%- set ns.found = true -%}"
+        "{%- if message['name'] == 'domain' -%}{%- set ns.domain = content -%}" + values + "{%- endif -%}"
+        "{%- endif -%}{%- endfor -%}"
+        "{%- if ns.found -%}"
+        "{%- set names = " + _literal(DOMAIN_NAMES) + " -%}"
+        "{%- set description = names[ns.domain] if ns.domain in names else names['other'] -%}"
+        "{%- set task = [" + _literal(layout.intro) + " | replace('{domain}', ns.domain) | replace('{description}', "
+        "description), " + _literal(layout.instruction) + "] -%}"
+        "{%- if ns.task_description | trim -%}{%- set task = task + [ns.task_description | trim] -%}{%- endif -%}"
+        "{%- set actions = [] -%}"
+        "{%- if ns.action_space and ns.action_space | trim -%}{%- set actions = actions + [ns.action_space | trim] -%}"
+        "{%- endif -%}"
+        "{%- set tools_text = (tools or []) | map('tojson', sort_keys=True) | join('\\n') -%}"
+        "{%- if tools_text | trim -%}{%- set actions = actions + [tools_text | trim] -%}{%- endif -%}"
+        "{%- set bodies = {'task': task | join('\\n'), 'actions': actions | join('\\n\\n'), "
+        "'state': (ns.initial_state or '') | trim, 'demonstrations': (ns.demonstrations or '') | trim, "
+        "'instructions': (ns.simulation_instructions or '') | trim} -%}"
+        "{%- set titles = " + _literal(layout.titles) + " -%}"
+        "{%- set out = namespace(text='', first=true) -%}"
+        "{%- for part in " + _literal(list(layout.order)) + " -%}{%- if bodies[part] -%}"
+        "{%- if not out.first -%}{%- set out.text = out.text ~ '\\n\\n' -%}{%- endif -%}"
+        "{%- set out.text = out.text ~ '# ' ~ titles[part] ~ '\\n' ~ bodies[part] -%}{%- set out.first = false -%}"
+        "{%- endif -%}{%- endfor -%}"
+        "{{ '<|im_start|>system\\n' + out.text + '<|im_end|>\\n' }}"
+        "{%- endif -%}"
+    )
+
+
+def chat_template(fmt: PromptFormat) -> str:
+    """The Jinja chat template for a model of prompt format `fmt` (thinking for sft, rl; not for cpt)."""
+    return (
+        _system_from_parts(fmt)
+        + "{%- for message in messages -%}"
         + _ROLES_CHECK
-        + "{%- set content = message['content'] -%}"
-        + (_STRIP_THINKING if thinking else "")
-        + "{{ '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+        + "{%- if not (" + _IS_PART + ") -%}"
+        + _CONTENT
+        + _ROLE
+        + (_STRIP_THINKING if fmt.thinking else "")
+        + "{{ '<|im_start|>' + role + '\\n' + content + '<|im_end|>\\n' }}"
+        "{%- endif -%}"
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
     )

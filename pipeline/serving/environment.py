@@ -1,16 +1,24 @@
-"""An environment over any OpenAI-compatible endpoint serving a world model, for an agent's RL loop.
+"""A simulated environment over any OpenAI-compatible endpoint serving a world model: the client the
+RL-facing environments (pipeline/serving/gym_env.py, trl_env.py) are built on.
 
     env = WorldModelEnvironment("http://127.0.0.1:8000/v1", model="simulacra-world-model-...", domain="terminal")
     observation = env.reset("Count the lines of notes.txt", SystemPrompt(action_space="bash commands"))
-    observation = env.step("wc -l notes.txt")
+    observation = env.step("wc -l notes.txt", seed=7)
 
 The environment keeps the trajectory (`history`), renders each request itself in the model's prompt
 format (pipeline/serving/prompt_formats.py: system prompt from the five parts, history, action) and
-sends it as chat messages, so it works against `simulacra serve` and against `vllm serve` of the
-exported folder alike. A thinking model's thinking is separated here too (`last_thinking`), since
-a vLLM started without a reasoning parser returns it inside the content. The prompt format is read
-from `simulacra serve`'s model list; for vLLM pass it (`prompt_format`, recorded in the export's
+sends it as chat messages, so it works against `simulacra serve` and against vLLM alike. A thinking
+model's thinking is separated here too (`last_thinking`), since a vLLM started without a reasoning
+parser returns it inside the content. The prompt format and history budget are read from `simulacra
+serve`'s model list; for vLLM pass them (`prompt_format`, `max_history_chars`, recorded in the export's
 `simulacra.json`).
+
+The history sent is shortened exactly as training shortened it (issue 19: a long episode died at step
+53 with `context_length_exceeded`): first the most recent whole turns within the model's
+`max_history_chars` (pipeline/sft/queries.py's `kept_history`, the budget SFT and RL built their
+queries with), then, while the server says the prompt and its token budget pass the context length,
+the oldest kept turn is dropped, one at a time, as SFT samples drop theirs (pipeline/sft/samples.py).
+`history` itself keeps every turn; `last_history_sent` says how many went into the last request.
 """
 
 from collections.abc import Mapping, Sequence
@@ -23,6 +31,18 @@ from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
 
 
+class ContextExhausted(RuntimeError):
+    """Even without any history, the system prompt, the action and the token budget pass the context length."""
+
+
+def _context_exceeded(exc: Exception) -> bool:
+    """A 400 of the server meaning the prompt is too long: simulacra serve's code, or vLLM's wording."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    code = error.get("code") if isinstance(error, dict) else None
+    return code == "context_length_exceeded" or "context length" in str(exc).lower()
+
+
 class WorldModelEnvironment:
     def __init__(
         self,
@@ -30,9 +50,10 @@ class WorldModelEnvironment:
         model: str,
         domain: str,
         prompt_format: str | None = None,
+        max_history_chars: int | None = None,
         api_key: str = "EMPTY",
         max_tokens: int = 512,
-        temperature: float = 0.0,
+        temperature: float = 1.0,
         timeout: float = 120.0,
     ):
         from openai import OpenAI
@@ -40,21 +61,24 @@ class WorldModelEnvironment:
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
         self.model = model
         self.domain = domain
-        self.format = named_format(prompt_format or self._served_format())
+        served = {} if prompt_format else self._served()
+        self.format = named_format(prompt_format or served["prompt_format"])
+        self.max_history_chars = max_history_chars if max_history_chars is not None else served.get("max_history_chars")
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.system = SystemPrompt()
         self.history: list[tuple[str, str]] = []
         self.last_thinking: str | None = None
+        self.last_history_sent = 0
 
-    def _served_format(self) -> str:
+    def _served(self) -> dict[str, Any]:
         for entry in self.client.models.list().data:
             described = (entry.model_extra or {}).get("simulacra")
             if entry.id == self.model and described:
-                return described["prompt_format"]
+                return described
         raise ValueError(
             f"the endpoint does not say which prompt format {self.model} uses (not `simulacra serve`?): pass "
-            "prompt_format, as recorded in the exported folder's simulacra.json"
+            "prompt_format and max_history_chars, as recorded in the exported folder's simulacra.json"
         )
 
     def reset(self, task: str, system: SystemPrompt | Mapping[str, Any] | None = None) -> str:
@@ -65,15 +89,44 @@ class WorldModelEnvironment:
         self.system = replace(parts, task_description=task)
         self.history = []
         self.last_thinking = None
+        self.last_history_sent = 0
         return self.system.initial_state or ""
 
-    def step(self, action: str, control_instructions: Sequence[str] = ()) -> str:
+    def kept_history(self) -> list[tuple[str, str]]:
+        """The turns training would have kept for the next query: the character budget first."""
+        if self.max_history_chars is None:
+            return list(self.history)
+        from pipeline.sft.queries import kept_history
+        from pipeline.training.sequences import ScoredTurn
+
+        turns = [ScoredTurn(i, action, observation, "history", 1.0) for i, (action, observation) in enumerate(self.history)]
+        kept, _ = kept_history(turns, self.max_history_chars)
+        return [(turn.action, turn.observation) for turn in kept]
+
+    def step(self, action: str, control_instructions: Sequence[str] = (), seed: int | None = None) -> str:
         """The simulated observation of `action`, which joins the history. Control instructions
-        ("inject an intermittent API error") apply to this step only."""
-        messages = world_model_messages(self.format, self.domain, self.system, self.history, action, control_instructions)
-        answer = self.client.chat.completions.create(
-            model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature
-        )
+        ("inject an intermittent API error") apply to this step only; `seed` makes the sample reproducible."""
+        from openai import BadRequestError
+
+        history = self.kept_history()
+        while True:
+            messages = world_model_messages(self.format, self.domain, self.system, history, action, control_instructions)
+            try:
+                answer = self.client.chat.completions.create(
+                    model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                    seed=seed,
+                )
+                break
+            except BadRequestError as exc:
+                if not _context_exceeded(exc):
+                    raise
+                if not history:
+                    raise ContextExhausted(
+                        f"the system prompt and the action with {self.max_tokens} answer tokens pass the model's "
+                        f"context length even without history: {exc}"
+                    ) from None
+                history = history[1:]
+        self.last_history_sent = len(history)
         message = answer.choices[0].message
         content = message.content or ""
         # `reasoning_content` from simulacra serve and vLLM's reasoning parsers (`reasoning` in newer vLLM).

@@ -7,8 +7,9 @@ The folder is a plain Hugging Face model folder any server loads (`vllm serve DI
 - the tokenizer, its chat template replaced by the world model's (pipeline/serving/chat_template.py);
 - `generation_config.json` whose end-of-sequence ids include `<|im_end|>`, where every observation
   ends in training, so a server stops there without being told;
-- `simulacra.json`: the prompt format, whether the model thinks, its context length and lineage,
-  which `simulacra serve` and the environment class read;
+- `simulacra.json`: the prompt format, whether the model thinks, the context length and history budget
+  it was trained at, and its lineage by checkpoint id (never a path of the exporting machine), which
+  `simulacra serve` and the environment classes read;
 - `README.md`, the model card (pipeline/serving/model_card.py).
 It is built in a sibling folder and renamed into place, so a killed export leaves no half folder.
 """
@@ -56,14 +57,9 @@ def _write_generation_config(source: Path, target: Path, tokenizer) -> list[int]
     return stops
 
 
-def context_length(model_dir: Path) -> int:
-    """The longest sequence the model takes: its position embeddings, the limit servers enforce."""
-    config = json.loads((model_dir / "config.json").read_text())
-    return int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
-
-
 def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[str, Any], card: str) -> Path:
-    """Build the exported folder for the model at `source` at `out_dir` (replacing a previous one)."""
+    """Build the exported folder for the model at `source` at `out_dir` (replacing a previous one).
+    `metadata` holds at least model_name and context_length (pipeline/serving/provenance.py)."""
     from pipeline.training.models import load_tokenizer
 
     partial = out_dir.with_name(out_dir.name + ".partial")
@@ -71,11 +67,11 @@ def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[
     partial.mkdir(parents=True)
     _write_weights(source, partial)
     tokenizer = load_tokenizer(str(source))
-    tokenizer.chat_template = chat_template(fmt.thinking)
+    tokenizer.chat_template = chat_template(fmt)
+    tokenizer.model_max_length = metadata["context_length"]  # the trained length, which servers read as the limit
     tokenizer.save_pretrained(partial)
     stops = _write_generation_config(source, partial, tokenizer)
-    recorded = {**metadata, "prompt_format": fmt.name, "thinking": fmt.thinking,
-                "context_length": context_length(partial), "stop_token_ids": stops}
+    recorded = {**metadata, "prompt_format": fmt.name, "thinking": fmt.thinking, "stop_token_ids": stops}
     (partial / METADATA_FILE).write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     (partial / "README.md").write_text(card, encoding="utf-8")
     if out_dir.exists():

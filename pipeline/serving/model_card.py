@@ -1,12 +1,17 @@
 """The model card (README.md) of an exported world model: what it was trained on and how.
 
 Issue 12: sources, trajectory and turn counts per domain and pool, each stage's fingerprint and
-settings, and the evaluation table. Facts come from the store (sources, pools, `stage_runs`,
-`checkpoints`) and the config in effect; rendering is a pure function of them, so a test reads the
-card against the store it came from.
+settings, and the evaluation table. Issue 19: the Hub's conventions, YAML front matter with
+`license` (the base model's), `base_model`, `pipeline_tag`, `tags`, `datasets` (the sources by name)
+and `model-index` (the evaluation results), a complete example request, and no absolute path of the
+exporting machine (a setting that holds one shows it relative to the workspace, or by its last
+component). Facts come from the store (sources, pools, `stage_runs`, `checkpoints`) and the config in
+effect; rendering is a pure function of them, so a test reads the card against the store it came from.
 """
 
+import json
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 import yaml
@@ -25,7 +30,10 @@ class CardFacts:
     prompt_format: str
     thinking: bool
     context_length: int
-    base_model: str
+    base_model: str | None  # a Hub id, or None (tiny offline model, local folder)
+    license: str
+    license_source: str
+    example_request: dict[str, Any]  # a complete chat-completions body in the model's format
     sources: list[dict[str, Any]] = field(default_factory=list)
     pools: list[dict[str, Any]] = field(default_factory=list)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, fingerprint, finished, summary, settings
@@ -63,8 +71,84 @@ def collect_stages(config, store) -> list[dict[str, Any]]:
         settings = section.model_dump(mode="json") if section is not None else {}
         if stage == "cpt":
             settings["model"] = config.model.model_dump(mode="json")  # the base model the training stages start from
+        settings = portable(settings, str(config.workspace.root))
         stages.append({"stage": stage, **rows[0], "settings": settings})
     return stages
+
+
+def _is_absolute_path(text: str) -> bool:
+    return text.startswith(("/", "~")) or PureWindowsPath(text).is_absolute()
+
+
+def portable(value: Any, workspace_root: str) -> Any:
+    """`value` (settings, as JSON) with every absolute path made meaningful elsewhere: relative to the
+    workspace (`<workspace>/runs/...`) when under it, else its last component (`<local>/name`)."""
+    if isinstance(value, dict):
+        return {key: portable(item, workspace_root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item, workspace_root) for item in value]
+    if isinstance(value, str) and _is_absolute_path(value):
+        root = workspace_root.rstrip("/")
+        if value == root or value.startswith(root + "/"):
+            return "<workspace>" + value[len(root) :]
+        return f"<local>/{PurePosixPath(value).name}"
+    return value
+
+
+def _front_matter(facts: CardFacts) -> str:
+    meta: dict[str, Any] = {"license": facts.license}
+    if facts.base_model:
+        meta["base_model"] = facts.base_model
+    meta.update(
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=["world-model", "simulacra", "agent-environment-simulator", "chatml", *sorted({row["domain"] for row in facts.pools})],
+    )
+    datasets = sorted({row["source"] for row in facts.sources})
+    if datasets:
+        meta["datasets"] = datasets
+    results = _model_index_results(facts)
+    if results:
+        meta["model-index"] = [{"name": facts.model_name, "results": results}]
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _model_index_results(facts: CardFacts) -> list[dict[str, Any]]:
+    """The exported checkpoint's own rows of the evaluation table, one result per domain (Hub model-index)."""
+    own = [row for row in facts.evaluation if row.get("checkpoint_id") == facts.source_checkpoint]
+    results = []
+    for row in own:
+        metrics = [{"type": "agentworldbench_score", "name": "score (0-100)", "value": round(float(row["score"]), 2)}]
+        for key in ("observation_ce", "semantic_match", "rouge_l", "exact_match"):
+            if row.get(key) is not None:
+                metrics.append({"type": key, "name": key.replace("_", " "), "value": round(float(row[key]), 4)})
+        results.append({
+            "task": {"type": "text-generation", "name": "world-model observation prediction"},
+            "dataset": {"type": "simulacra-eval", "name": f"{row['eval_set']} ({row['domain']})"},
+            "metrics": metrics,
+        })
+    return results
+
+
+# The card's example: a small terminal trajectory, the same for every export so a reader can compare cards.
+EXAMPLE_DOMAIN = "terminal"
+EXAMPLE_SYSTEM = {"task_description": "Count the lines of notes.txt.", "action_space": "bash commands, one per action",
+                  "initial_state": "~/notes.txt holds three lines."}
+EXAMPLE_TURNS = (("ls", "notes.txt"),)
+EXAMPLE_ACTION = "wc -l notes.txt"
+
+
+def example_request(fmt, model_name: str, max_tokens: int) -> dict[str, Any]:
+    """A complete chat-completions body for the example trajectory: the system prompt as its named parts
+    (the exported chat template renders them in the model's format, `fmt`), the history, the action."""
+    from pipeline.serving.prompt_formats import part_messages
+    from pipeline.store.schema import SystemPrompt
+
+    messages = part_messages(EXAMPLE_DOMAIN, SystemPrompt(**EXAMPLE_SYSTEM))
+    for action, observation in EXAMPLE_TURNS:
+        messages += [{"role": "user", "content": action}, {"role": "assistant", "content": observation}]
+    messages.append({"role": "user", "content": EXAMPLE_ACTION})
+    return {"model": model_name, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -90,23 +174,35 @@ def render_card(facts: CardFacts) -> str:
         if facts.thinking
         else "It answers with the observation alone (no thinking block)."
     )
+    base = f"base model `{facts.base_model}`" if facts.base_model else "base model: the tiny offline model or a local folder"
     parts = [
-        "---\nlibrary_name: transformers\ntags:\n- world-model\n- simulacra\n---\n",
+        _front_matter(facts),
         f"# {facts.model_name}\n",
         "A language world model of agent environments: given the system prompt of an environment (task, action "
         "space, initial state, demonstrations, simulation instructions), the agent's history and its next action, "
         "it predicts the observation the environment returns. Trained by Simulacra (continual pretraining, "
         "rejection-sampled SFT, GSPO RL).\n",
         "## Using it\n",
-        f"- Exported from checkpoint `{facts.source_checkpoint}` (stage `{facts.source_stage}`), base model "
-        f"`{facts.base_model}`; context length {facts.context_length} tokens.",
-        f"- Prompt format `{facts.prompt_format}`: the system message is the world-model prompt rendered by "
-        "`pipeline/serving/prompt_formats.py`; user messages are actions, assistant messages observations. "
+        f"- Exported from checkpoint `{facts.source_checkpoint}` (stage `{facts.source_stage}`), {base}; "
+        f"trained at {facts.context_length} tokens, the context length servers should allow. Licence "
+        f"`{facts.license}` ({facts.license_source}).",
+        f"- Prompt format `{facts.prompt_format}`: the system prompt is sent as its parts (example below) or "
+        "already rendered by `pipeline/serving/prompt_formats.py`; user messages are actions, assistant messages "
+        "observations. "
         "The chat template (`chat_template.jinja`, read with the tokenizer) lays them out as in training, and `generation_config.json` "
         "stops at `<|im_end|>`, where observations end.",
         f"- {thinking}",
-        "- Serve it with `simulacra serve DIR` or `vllm serve DIR`; drive it with "
-        "`pipeline.serving.environment.WorldModelEnvironment`.\n",
+        "- Serve it with `simulacra serve DIR` (CPU, or vLLM on GPUs with `--engine vllm`) or "
+        f"`vllm serve DIR --max-model-len {facts.context_length}`; drive it with "
+        "`pipeline.serving.environment.WorldModelEnvironment` or the gymnasium / TRL environments of "
+        "`pipeline.serving`.\n",
+        "### Example request\n",
+        "A complete `POST /v1/chat/completions` body for any server that applies the exported chat template: the "
+        "system prompt's parts as system messages named for them (`domain`, `task_description`, `action_space`, "
+        "`initial_state`, `demonstrations`, `simulation_instructions`; tools in the request's `tools`), which the "
+        "template renders in the prompt format the model was trained on; each user message an action, each "
+        "assistant message the observation it got. The model answers the last action's observation.\n",
+        "```json\n" + json.dumps(facts.example_request, indent=2, ensure_ascii=False) + "\n```\n",
         "## Training data\n",
         "### Sources\n",
         _table(facts.sources),

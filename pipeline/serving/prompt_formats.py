@@ -12,10 +12,16 @@ held-out score does (stages/sft.py), so a prompt is the same on every request.
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.prompts.cpt import INSTRUCTION, render_cpt_system_prompt
 from pipeline.prompts.rl import RL_TEMPLATE
-from pipeline.prompts.sft import TEMPLATES
+from pipeline.prompts.sft import _STANDARD, PARTS, TEMPLATES, SFTTemplate, _markdown
 from pipeline.store.schema import SystemPrompt
+
+# CPT's fixed template in the SFT templates' terms (Markdown sections, the same titles and order), so the
+# exported chat template can render it too (pipeline/serving/chat_template.py); tests/test_export.py
+# checks it renders what render_cpt_system_prompt does, on every demo trajectory.
+CPT_LAYOUT = SFTTemplate(-1, "You simulate the environment of the {domain} domain: {description}.", INSTRUCTION,
+                         _STANDARD, PARTS, _markdown)
 
 
 @dataclass(frozen=True)
@@ -23,13 +29,19 @@ class PromptFormat:
     name: str
     thinking: bool  # the model writes <think>...</think> before the observation
     render_system: Callable[[str, SystemPrompt], str]
+    layout: SFTTemplate  # the same prompt as data: what the chat template renders from the five parts
 
 
 PROMPT_FORMATS: dict[str, PromptFormat] = {
-    "cpt": PromptFormat("cpt", False, render_cpt_system_prompt),
-    "sft": PromptFormat("sft", True, TEMPLATES[0].render),
-    "rl": PromptFormat("rl", True, RL_TEMPLATE.render),
+    "cpt": PromptFormat("cpt", False, render_cpt_system_prompt, CPT_LAYOUT),
+    "sft": PromptFormat("sft", True, TEMPLATES[0].render, TEMPLATES[0]),
+    "rl": PromptFormat("rl", True, RL_TEMPLATE.render, RL_TEMPLATE),
 }
+
+# The system-prompt parts a client may send as system messages named for them, instead of the rendered
+# prompt (the chat template and the server render them); `tools` travel in the request's `tools`.
+SYSTEM_PART_NAMES = ("domain", "task_description", "action_space", "initial_state", "demonstrations",
+                     "simulation_instructions")
 
 
 def prompt_format(name: str) -> PromptFormat:
@@ -47,6 +59,16 @@ def with_controls(system: SystemPrompt, controls: Sequence[str]) -> SystemPrompt
         return system
     own = (system.simulation_instructions or "").strip()
     return replace(system, simulation_instructions="\n\n".join(([own] if own else []) + extra))
+
+
+def part_messages(domain: str, system: SystemPrompt) -> list[dict[str, str]]:
+    """The system prompt as named parts (SYSTEM_PART_NAMES), for any server applying the exported chat
+    template; `system.tools` go in the request's `tools`."""
+    values = {"domain": domain, "task_description": system.task_description, "action_space": system.action_space,
+              "initial_state": system.initial_state, "demonstrations": system.demonstrations,
+              "simulation_instructions": system.simulation_instructions}
+    return [{"role": "system", "name": name, "content": values[name]} for name in SYSTEM_PART_NAMES
+            if values[name] is not None]
 
 
 def world_model_messages(

@@ -1,32 +1,53 @@
-"""`simulacra serve`: an OpenAI-compatible HTTP server that acts as the environment (issue 12).
+"""`simulacra serve`: an OpenAI-compatible HTTP server that acts as the environment (issues 12, 19).
 
 `POST /v1/chat/completions` takes the trajectory so far and the action (as chat messages or as
 structured fields, pipeline/serving/protocol.py) and answers the simulated observation as the
-assistant message's `content`. For a thinking model the thinking goes to `reasoning_content`
-(vLLM's reasoning-parser convention) and stays out of `content` unless `include_thinking` is true.
-`GET /v1/models` lists the model with its context length and prompt format.
+assistant message's `content`, streamed as server-sent events with `stream: true`. For a thinking
+model the thinking goes to `reasoning_content` (vLLM's reasoning-parser convention) and stays out of
+`content` unless `include_thinking` is true. `GET /v1/models` and `GET /v1/models/{id}` describe the
+model (context length, prompt format); `GET /health` says it is up, with the decoder's load.
+
+Requests are decoded together (pipeline/serving/batching.py). A request whose client goes away
+(a closed stream, a timed-out client) is cancelled and leaves the batch at the next token.
 
 Bad requests get a 4xx in OpenAI's error shape (`{"error": {"message", "type", "param", "code"}}`),
-never a 500: a body that is not JSON, an unknown field (named), a missing action, a model name
-that is not served (404), a prompt that with its token budget exceeds the context length (counted
-in tokens). A 500 means the server itself failed.
+never a 500: a body over the size limit (413, refused from its Content-Length before it is read, or
+as soon as a chunked body passes the limit), a body that is not JSON or holds a lone surrogate, an
+unknown field (named), a missing action, a model name that is not served (404), a prompt that with
+its token budget exceeds the context length (counted in tokens). A 500, still in that shape, means
+the server itself failed. Parsing, validation and tokenisation run off the event loop, so a large
+body never stalls `/health` or other clients.
 """
 
+import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
+from pipeline.serving.batching import Row, Sampling, Scheduler, Step, TokenLogprob
+from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
-from pipeline.serving.prompt_formats import world_model_messages
+from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def _error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def _error(status: int, message: str, param: str | None = None, code: str | None = None):
     from fastapi.responses import JSONResponse
 
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+    return JSONResponse(_error_body(status, message, param, code), status_code=status)
 
 
 def _validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
@@ -39,87 +60,268 @@ def _validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
     return (f"field `{field}`: {message}" if field else message), field
 
 
+def _is_part(message) -> bool:
+    return message.world_model_role() == "system" and message.name in SYSTEM_PART_NAMES
+
+
+def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, str]) -> dict[str, str]:
+    """The system message the part messages and `tools` stand for, rendered in the model's format."""
+    if "domain" not in parts:
+        raise RequestError(400, "system-prompt parts without a `domain` part", "messages")
+    tools = request.tools if isinstance(request.tools, list) else []
+    system = SystemPrompt(task_description=parts.get("task_description", ""), action_space=parts.get("action_space"),
+                          tools=tools, initial_state=parts.get("initial_state"),
+                          demonstrations=parts.get("demonstrations"),
+                          simulation_instructions=parts.get("simulation_instructions"))
+    return {"role": "system", "content": model.format.render_system(parts["domain"], system)}
+
+
 def _messages(model, request: ChatCompletionRequest) -> list[dict[str, str]]:
     if request.messages is not None:
-        return [message.model_dump() for message in request.messages]
+        messages, parts, first_part = [], {}, None
+        for index, message in enumerate(request.messages):
+            try:
+                text = message.text()
+            except ValueError as exc:
+                raise RequestError(400, f"field `messages.{index}.content`: {exc}", f"messages.{index}.content") from None
+            if _is_part(message):
+                parts[message.name] = text
+                first_part = len(messages) if first_part is None else first_part
+                continue
+            messages.append({"role": message.world_model_role(), "content": text})
+        if parts:
+            messages.insert(first_part, _system_from_parts(model, request, parts))
+        return messages
     system = request.system.prompt() if request.system is not None else SystemPrompt()
     turns = [(turn.action, turn.observation) for turn in request.turns]
     return world_model_messages(model.format, request.domain, system, turns, request.action, request.control_instructions)
 
 
-def build_app(model, default_max_tokens: int):
+class Prepared:
+    """A validated request: its prompt tokens and each choice's sampling."""
+
+    def __init__(self, request: ChatCompletionRequest, prompt: list[int], sampling: Sampling):
+        self.request, self.prompt, self.sampling = request, prompt, sampling
+
+
+def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
+    """Parse, validate and tokenise one request body (in a worker thread); RequestError when it is bad."""
+    from pydantic import ValidationError
+
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError(400, "the request body is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(400, f"the request holds a lone surrogate ({exc.object[exc.start:exc.end]!a}), which is no "
+                           "Unicode text: encode the text as UTF-8 before sending it") from None
+    try:
+        request = ChatCompletionRequest.model_validate(payload)
+    except ValidationError as exc:
+        message, param = _validation_message(exc.errors()[0])
+        raise RequestError(400, message, param) from None
+    if request.model is not None and request.model != model.name:
+        raise RequestError(404, f"model `{request.model}` is not served here; this server serves `{model.name}`",
+                           "model", "model_not_found")
+    prompt = model.prompt_ids(_messages(model, request))
+    room = model.context_length - len(prompt)
+    budget = request.token_limit() or min(default_max_tokens, room)
+    if budget > room or room < 1:
+        raise RequestError(
+            400,
+            f"the prompt is {len(prompt)} tokens and the answer may take {budget} more, past the model's context "
+            f"length of {model.context_length} tokens: send fewer history turns or a smaller max_tokens",
+            "messages", "context_length_exceeded",
+        )
+    sampling = Sampling(
+        max_tokens=budget, temperature=request.sampling_temperature(),
+        top_p=request.top_p if request.top_p is not None else 1.0, seed=request.seed,
+        stop=tuple(request.stop_sequences()), presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0, logit_bias=tuple((request.logit_bias or {}).items()),
+        logprobs=request.logprobs, top_logprobs=request.top_logprobs or 0, ignore_eos=request.ignore_eos,
+    )
+    return Prepared(request, prompt, sampling)
+
+
+def _logprob_entry(model, token: TokenLogprob) -> dict[str, Any]:
+    def described(token_id: int, logprob: float) -> dict[str, Any]:
+        text = model.token_text(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", errors="replace"))}
+
+    entry = described(token.token_id, token.logprob)
+    entry["top_logprobs"] = [described(token_id, value) for token_id, value in token.top]
+    return entry
+
+
+def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_bytes: int = 4 << 20):
     """The FastAPI application over a loaded `WorldModel`."""
     from fastapi import FastAPI, Request
-    from pydantic import ValidationError
+    from fastapi.responses import Response, StreamingResponse
     from starlette.exceptions import HTTPException
 
-    app = FastAPI(title="Simulacra world model", docs_url=None, redoc_url=None)
+    app = FastAPI(title="Simulacra world model", docs_url=None, redoc_url=None, openapi_url=None)
+    scheduler = Scheduler(model.model, model.tokenizer, model.stop_token_ids, max_batch)
+    app.state.scheduler = scheduler
+    fingerprint = f"simulacra-{model.metadata.get('fingerprint', 'unknown')}"
 
     @app.exception_handler(HTTPException)  # an unknown path or method, in OpenAI's error shape
     async def http_error(request: Request, exc: HTTPException):
         return _error(exc.status_code, str(exc.detail))
 
+    @app.exception_handler(Exception)  # a failure of the server itself, still in OpenAI's shape
+    async def server_error(request: Request, exc: Exception):
+        return _error(500, f"the server failed: {type(exc).__name__}: {exc}")
+
+    def model_entry() -> dict[str, Any]:
+        return {"id": model.name, "object": "model", "created": int(model.model_dir.stat().st_mtime),
+                "owned_by": "simulacra", "max_model_len": model.context_length,
+                "simulacra": {"prompt_format": model.format.name, "thinking": model.format.thinking,
+                              "max_history_chars": model.metadata.get("max_history_chars")}}
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model.name, "running": scheduler.running, "waiting": scheduler.waiting,
+                "largest_batch": scheduler.largest_batch, "cancelled": scheduler.cancelled}
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        entry = {"id": model.name, "object": "model", "created": int(model.model_dir.stat().st_mtime),
-                 "owned_by": "simulacra", "max_model_len": model.context_length,
-                 "simulacra": {"prompt_format": model.format.name, "thinking": model.format.thinking}}
-        return {"object": "list", "data": [entry]}
+        return {"object": "list", "data": [model_entry()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    def one_model(model_id: str):
+        if model_id != model.name:
+            return _error(404, f"model `{model_id}` is not served here; this server serves `{model.name}`", "model",
+                          "model_not_found")
+        return model_entry()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            return _too_large(int(declared))
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                return _too_large(len(body))
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the request body is not valid JSON")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object")
+            prepared = await asyncio.to_thread(prepare, model, bytes(body), default_max_tokens)
+        except RequestError as exc:
+            return _error(exc.status, exc.message, exc.param, exc.code)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, Step]] = asyncio.Queue()
+        rows = [Row(prepared.prompt, prepared.sampling, choice,
+                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),
+                    streaming=prepared.request.stream)
+                for choice in range(prepared.request.n)]
+        scheduler.submit(rows)
+        if prepared.request.stream:
+            return StreamingResponse(_stream(prepared, rows, queue), media_type="text/event-stream")
         try:
-            parsed = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            message, param = _validation_message(exc.errors()[0])
-            return _error(400, message, param)
-        if parsed.model is not None and parsed.model != model.name:
-            return _error(404, f"model `{parsed.model}` is not served here; this server serves `{model.name}`",
-                          "model", "model_not_found")
-        return await _complete(parsed)
+            return await _answer(request, prepared, rows, queue)
+        finally:
+            for row in rows:  # a no-op for rows already finished; the rest leave the batch
+                row.cancel()
 
-    async def _complete(request: ChatCompletionRequest):
-        import asyncio
+    def _too_large(size: int):
+        return _error(413, f"the request body is {size} bytes or more, over this server's limit of {max_body_bytes} "
+                      "(`simulacra serve --max-body-mb`): send fewer history turns", None, "request_too_large")
 
-        prompt = model.prompt_ids(_messages(model, request))
-        room = model.context_length - len(prompt)
-        budget = request.token_limit() or min(default_max_tokens, room)
-        if budget > room or room < 1:
-            return _error(
-                400,
-                f"the prompt is {len(prompt)} tokens and the answer may take {budget} more, past the model's context "
-                f"length of {model.context_length} tokens: send fewer history turns or a smaller max_tokens",
-                "messages", "context_length_exceeded",
-            )
-        # In a worker thread: generation holds the GIL rarely, and the event loop keeps accepting.
-        generation = await asyncio.to_thread(model.generate, prompt, budget, request.temperature, request.top_p,
-                                             request.seed)
-        message: dict[str, Any] = {"role": "assistant", "content": generation.text}
-        if model.format.thinking:
-            thinking, observation = split_thinking(generation.text)
-            message["reasoning_content"] = thinking
-            if not request.include_thinking:
-                message["content"] = observation
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model.name,
-            "choices": [{"index": 0, "message": message, "finish_reason": generation.finish_reason, "logprobs": None}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": generation.completion_tokens,
-                      "total_tokens": len(prompt) + generation.completion_tokens},
-        }
+    def _head(prepared: Prepared) -> dict[str, Any]:
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model.name,
+                "system_fingerprint": fingerprint}
+
+    def _usage(prepared: Prepared, completion_tokens: int) -> dict[str, int]:
+        prompt_tokens = len(prepared.prompt)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    async def _answer(request: Request, prepared: Prepared, rows: list[Row], queue: asyncio.Queue):
+        n = len(rows)
+        finals: dict[int, Step] = {}
+        getter = None
+        while len(finals) < n:
+            # One pending get, waited on with a timeout but never cancelled, so no step is lost to a timeout.
+            getter = getter or asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter}, timeout=0.5)
+            if not done:
+                if await request.is_disconnected():  # the client gave up: stop generating for it
+                    getter.cancel()
+                    return Response(status_code=499)
+                continue
+            choice, step = getter.result()
+            getter = None
+            if step.finish_reason is not None:
+                finals[choice] = step
+        failed = next((step for step in finals.values() if step.finish_reason == "error"), None)
+        if failed is not None:
+            return _error(500, f"generation failed: {failed.error}")
+        choices = []
+        for index in range(n):
+            step = finals[index]
+            message: dict[str, Any] = {"role": "assistant", "content": step.text}
+            if model.format.thinking:
+                thinking, observation = split_thinking(step.text)
+                message["reasoning_content"] = thinking
+                if not prepared.request.include_thinking:
+                    message["content"] = observation
+            logprobs = [_logprob_entry(model, token) for token in rows[index].logprobs]
+            choices.append({"index": index, "message": message, "finish_reason": step.finish_reason,
+                            "logprobs": {"content": logprobs} if prepared.request.logprobs else None})
+        return {**_head(prepared), "object": "chat.completion", "choices": choices,
+                "usage": _usage(prepared, sum(step.completion_tokens for step in finals.values()))}
+
+    async def _stream(prepared: Prepared, rows: list[Row], queue: asyncio.Queue):
+        head = {**_head(prepared), "object": "chat.completion.chunk"}
+
+        def event(payload: dict[str, Any]) -> str:
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs=None) -> str:
+            choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+            return event({**head, "choices": [choice]})
+
+        try:
+            n = len(rows)
+            streams = [AnswerStream(model.format.thinking, prepared.request.include_thinking) for _ in range(n)]
+            for index in range(n):
+                yield chunk(index, {"role": "assistant", "content": ""})
+            finished, completion_tokens = 0, 0
+            while finished < n:
+                index, step = await queue.get()
+                if step.finish_reason == "error":
+                    yield event(_error_body(500, f"generation failed: {step.error}"))
+                    return
+                final = step.finish_reason is not None
+                reasoning, content = streams[index].deltas(step.text, final)
+                delta: dict[str, Any] = {}
+                if reasoning:
+                    delta["reasoning_content"] = reasoning
+                if content:
+                    delta["content"] = content
+                logprobs = {"content": [_logprob_entry(model, step.logprob)]} if step.logprob is not None else None
+                if delta or logprobs or final:
+                    yield chunk(index, delta, step.finish_reason, logprobs)
+                if final:
+                    finished += 1
+                    completion_tokens += step.completion_tokens
+            options = prepared.request.stream_options
+            if options is not None and options.include_usage:
+                yield event({**head, "choices": [], "usage": _usage(prepared, completion_tokens)})
+            yield "data: [DONE]\n\n"
+        finally:  # the client closed the stream, or it ended: rows still decoding leave the batch
+            for row in rows:
+                row.cancel()
 
     return app
 
 
-def serve(model_dir, host: str, port: int, device: str, default_max_tokens: int) -> None:
+def serve(model_dir, host: str, port: int, device: str, default_max_tokens: int, max_batch: int,
+          max_body_bytes: int) -> None:
     import uvicorn
 
     from pipeline.serving.world_model import WorldModel
@@ -127,4 +329,5 @@ def serve(model_dir, host: str, port: int, device: str, default_max_tokens: int)
     model = WorldModel(model_dir, device)
     print(f"serving {model.name} ({model.format.name} format, context {model.context_length}) at "
           f"http://{host}:{port}/v1", flush=True)
-    uvicorn.run(build_app(model, default_max_tokens), host=host, port=port, log_level="warning")
+    uvicorn.run(build_app(model, default_max_tokens, max_batch, max_body_bytes), host=host, port=port,
+                log_level="warning")

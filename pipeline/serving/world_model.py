@@ -1,24 +1,14 @@
-"""An exported world model loaded for serving: prompt tokens, the context check, generation.
+"""An exported world model loaded for serving: its metadata, tokenizer, weights and prompt tokens.
 
-One `generate` at a time (a lock): the device is the bottleneck, and a second call would only
-queue inside torch. For throughput, `vllm serve` the exported folder (README, "Serving"); this is
-the path that needs nothing but the project, on CPU or one GPU.
+Decoding is pipeline/serving/batching.py's (continuous batching on one device). For GPUs, `simulacra
+serve --engine vllm` runs the same folder on vLLM (pipeline/serving/vllm_engine.py).
 """
 
-import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from pipeline.serving.chatml import PromptTokens
 from pipeline.serving.export_folder import read_metadata
 from pipeline.serving.prompt_formats import prompt_format
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    text: str
-    completion_tokens: int
-    finish_reason: str  # "stop" at an end token, "length" at the token limit
 
 
 class WorldModel:
@@ -38,34 +28,12 @@ class WorldModel:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval()
-        self._lock = threading.Lock()
+        self._prompt_tokens = PromptTokens(self.tokenizer, self.format.thinking)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt's tokens, as the exported chat template lays them out (any server would)."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """The prompt's tokens, as training builds them (pipeline/serving/chatml.py): the chat template's
+        layout, with special-token text inside content encoded as text."""
+        return self._prompt_tokens.ids(messages)
 
-    def generate(self, prompt: list[int], max_tokens: int, temperature: float | None, top_p: float | None,
-                 seed: int | None) -> Generation:
-        import torch
-
-        sampling: dict[str, Any] = {"do_sample": bool(temperature)}
-        if sampling["do_sample"]:
-            sampling.update(temperature=temperature, top_p=top_p if top_p is not None else 1.0)
-        with self._lock, torch.inference_mode():
-            if seed is not None:
-                torch.manual_seed(seed)
-            ids = torch.tensor([prompt], device=self.model.device)
-            output = self.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_tokens,
-                eos_token_id=self.stop_token_ids,
-                pad_token_id=self.tokenizer.pad_token_id,
-                **sampling,
-            )
-        generated = output[0, len(prompt) :].tolist()
-        end = next((i for i, token in enumerate(generated) if token in self.stop_token_ids), None)
-        tokens = generated if end is None else generated[:end]
-        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
-        return Generation(text, len(generated), "length" if end is None else "stop")
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)

@@ -1,0 +1,314 @@
+"""Continuous batching for `simulacra serve`: every running request decodes in one forward pass per
+token (issue 19: 16 concurrent requests were answered one at a time).
+
+One decoding thread owns the model. Each step it
+1. admits waiting rows (one row per choice of a request, so `n` = 4 is four rows) up to `max_batch`:
+   their prompts are prefilled together, left-padded, and their KV cache joins the running batch's,
+   padded on the left to the same length (positions are per row, so left padding changes nothing
+   but masked columns);
+2. runs one forward pass for the whole batch and picks each row's next token with the row's own
+   sampling: logit bias and presence / frequency penalties, then greedy at temperature 0, else
+   temperature and top-p from the row's own generator, seeded from the request's seed and the choice
+   index, so a seeded request gives the same answer at every call (float rounding of a differently
+   padded batch may rarely move a sampled token; greedy is the exact path);
+3. ends rows at an end token (unless `ignore_eos`), a stop string (cut before it), the token budget,
+   or cancellation (the client went away), and drops them from the batch and its cache.
+Each step reports to each streaming row's listener (called on the decoding thread): the text so far
+that can be shown (a possible start of a stop string and an incomplete UTF-8 character held back),
+the new token's log-probabilities when asked, and the finish reason at the end; a row that is not
+streamed is reported once, when it finishes (its log-probabilities collected in `Row.logprobs`), since
+every report wakes the server's event loop and costs the decoder the GIL.
+
+Why not `transformers serve --continuous-batching`: measured against this server on the same model
+(README, "Serving"), and it cannot honour per-request seeds, n, stop strings, penalties and the
+world model's structured requests and context checks.
+"""
+
+import hashlib
+import math
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    text: str  # what can be shown so far (or, with `finish_reason`, the final text)
+    logprob: TokenLogprob | None
+    finish_reason: str | None  # "stop", "length", "cancelled", "error"
+    completion_tokens: int
+    error: str | None = None
+
+
+def row_seed(seed: int | None, choice: int) -> int:
+    """A 64-bit generator seed from a request's seed (any integer, 2**63 and past included) and the choice
+    index; a fresh random one without a seed."""
+    if seed is None:
+        return int.from_bytes(os.urandom(8), "little")
+    digest = hashlib.blake2b(f"{seed}\x1f{choice}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+@dataclass(eq=False)
+class Row:
+    prompt: list[int]
+    sampling: Sampling
+    choice: int
+    listener: Callable[[Step], None]
+    streaming: bool = False  # report every token; otherwise only the finish (each report wakes the server's loop)
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    cancelled: bool = False
+    generator: Any = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Scheduler:
+    def __init__(self, model, tokenizer, stop_token_ids: list[int], max_batch: int):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_token_ids = set(stop_token_ids)
+        self.max_batch = max_batch
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._waiting: deque[Row] = deque()
+        self._wake = threading.Condition()
+        self.running = 0
+        self.largest_batch = 0
+        self.cancelled = 0
+        self._thread = threading.Thread(target=self._loop, name="simulacra-decoder", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, rows: list[Row]) -> None:
+        with self._wake:
+            self._waiting.extend(rows)
+            self._wake.notify()
+
+    # -- the decoding thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        import torch
+
+        batch: _Batch | None = None
+        while True:
+            with self._wake:
+                while batch is None and not self._waiting:
+                    self._wake.wait()
+                room = self.max_batch - (batch.size if batch else 0)
+                admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            try:
+                with torch.inference_mode():
+                    admitted = [row for row in admitted if not self._finish_cancelled(row)]
+                    if admitted:
+                        joining = self._prefill(admitted)
+                        batch = joining if batch is None else batch.join(joining)
+                    if batch is not None:
+                        batch = self._step(batch)
+            except Exception as exc:  # out of memory and the like: every row in flight fails, the server lives
+                message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                for row in (batch.rows if batch else []) + admitted:
+                    row.listener(Step("", None, "error", len(row.generated), message))
+                batch = None
+            self.running = batch.size if batch else 0
+            if batch:
+                self.largest_batch = max(self.largest_batch, batch.size)
+
+    def _finish_cancelled(self, row: Row) -> bool:
+        if row.cancelled:
+            self.cancelled += 1
+            row.listener(Step("", None, "cancelled", 0))
+        return row.cancelled
+
+    def _prefill(self, rows: list[Row]) -> "_Batch":
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        width = max(len(row.prompt) for row in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        for i, row in enumerate(rows):
+            ids[i, width - len(row.prompt) :] = torch.tensor(row.prompt, device=device)
+            mask[i, width - len(row.prompt) :] = 1
+            row.generator = torch.Generator(device=device).manual_seed(row_seed(row.sampling.seed, row.choice))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                            use_cache=True).logits[:, -1, :]
+        return _Batch(rows, cache, mask, positions[:, -1], logits.float())
+
+    def _step(self, batch: "_Batch") -> "_Batch | None":
+        import torch
+
+        chosen, keep = [], []
+        for i, row in enumerate(batch.rows):
+            if row.cancelled:
+                self.cancelled += 1
+                row.listener(Step(self._text(row), None, "cancelled", len(row.generated)))
+                continue
+            token, logprob = self._choose(batch.logits[i], row)
+            row.generated.append(token)
+            if logprob is not None:
+                row.logprobs.append(logprob)
+            finish, text = self._finished(row, token)
+            if row.streaming or finish is not None:
+                row.listener(Step(text, logprob, finish, len(row.generated)))
+            if finish is None:
+                chosen.append(token)
+                keep.append(i)
+        if not keep:
+            return None
+        batch = batch.select(keep)
+        device = self.model.device
+        step_ids = torch.tensor(chosen, dtype=torch.long, device=device).unsqueeze(1)
+        batch.mask = torch.cat([batch.mask, torch.ones_like(step_ids)], dim=1)
+        batch.last_position = batch.last_position + 1
+        logits = self.model(input_ids=step_ids, attention_mask=batch.mask, position_ids=batch.last_position.unsqueeze(1),
+                            past_key_values=batch.cache, use_cache=True).logits[:, -1, :]
+        batch.logits = logits.float()
+        return batch
+
+    def _choose(self, logits, row: Row) -> tuple[int, TokenLogprob | None]:
+        import torch
+
+        s = row.sampling
+        raw = logits
+        adjusted = logits.clone()
+        for token, bias in s.logit_bias:
+            if 0 <= token < adjusted.shape[0]:
+                adjusted[token] += bias
+        if (s.presence_penalty or s.frequency_penalty) and row.generated:
+            seen, counts = torch.unique(torch.tensor(row.generated, device=adjusted.device), return_counts=True)
+            adjusted[seen] -= s.presence_penalty + s.frequency_penalty * counts.to(adjusted.dtype)
+        if s.temperature == 0:
+            token = int(adjusted.argmax())
+        else:
+            probs = torch.softmax(adjusted / s.temperature, dim=-1)
+            if s.top_p < 1.0:
+                ordered, order = probs.sort(descending=True)
+                outside = ordered.cumsum(-1) - ordered > s.top_p  # keep the smallest set whose mass reaches top_p
+                ordered[outside] = 0
+                probs = torch.zeros_like(probs).scatter(0, order, ordered)
+            token = int(torch.multinomial(probs, 1, generator=row.generator))
+        if not s.logprobs:
+            return token, None
+        # The model's own distribution, before sampling adjustments (vLLM's default too).
+        logprobs = torch.log_softmax(raw, dim=-1)
+        top = ()
+        if s.top_logprobs:
+            values, indices = logprobs.topk(s.top_logprobs)
+            top = tuple((int(i), _finite(float(v))) for i, v in zip(indices, values))
+        return token, TokenLogprob(token, _finite(float(logprobs[token])), top)
+
+    def _text(self, row: Row) -> str:
+        ids = [t for t in row.generated if t not in self.stop_token_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _finished(self, row: Row, token: int) -> tuple[str | None, str]:
+        """(finish reason or None, the text to show): the whole text at the end, else the part no stop
+        string or incomplete character can still change."""
+        s = row.sampling
+        if token in self.stop_token_ids and not s.ignore_eos:
+            return "stop", self._text(row)
+        text = self._text(row)
+        for stop in s.stop:
+            at = text.find(stop)
+            if at >= 0:
+                return "stop", text[:at]
+        if len(row.generated) >= s.max_tokens:
+            return "length", text
+        held = max((len(stop) - 1 for stop in s.stop), default=0)
+        shown = text[: len(text) - held] if held else text
+        return None, shown.rstrip("\ufffd")
+
+
+def _finite(value: float) -> float:
+    """-inf (a token of probability 0) as JSON can carry it: OpenAI's floor of -9999."""
+    return value if math.isfinite(value) else -9999.0
+
+
+@dataclass
+class _Batch:
+    rows: list[Row]
+    cache: Any  # DynamicCache
+    mask: Any  # [rows, columns] 1 where a token is
+    last_position: Any  # [rows] position of each row's last token
+    logits: Any  # [rows, vocab] of each row's next token
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def select(self, keep: list[int]) -> "_Batch":
+        import torch
+
+        if len(keep) < len(self.rows):
+            index = torch.tensor(keep, device=self.mask.device)
+            self.cache.batch_select_indices(index)
+            self.rows = [self.rows[i] for i in keep]
+            self.mask, self.last_position, self.logits = self.mask[index], self.last_position[index], self.logits[index]
+            self._trim()
+        return self
+
+    def _trim(self) -> None:
+        """Drop leading columns no row attends to any more (the padding of rows that left)."""
+        used = self.mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        if start:
+            self.mask = self.mask[:, start:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+
+    def join(self, other: "_Batch") -> "_Batch":
+        """This batch and newly prefilled rows as one, both padded on the left to one cache length."""
+        import torch
+
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)], dim=0)
+            mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
+        self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(other.mask, width)], dim=0)
+        self.rows += other.rows
+        self.last_position = torch.cat([self.last_position, other.last_position])
+        self.logits = torch.cat([self.logits, other.logits])
+        return self
+
+
+def _left_pad(tensor, width: int):
+    """`tensor` padded with zeros on the left of its sequence axis (-2 for KV [b, h, s, d], -1 for a mask)."""
+    import torch.nn.functional as F
+
+    axis_is_last = tensor.dim() == 2
+    missing = width - tensor.shape[-1 if axis_is_last else -2]
+    if missing <= 0:
+        return tensor
+    return F.pad(tensor, (missing, 0) if axis_is_last else (0, 0, missing, 0))

@@ -1,0 +1,76 @@
+"""What an episode in a simulated environment is for: its task, when it ends and what it earns
+(issue 19, deliver 3), shared by the gymnasium and TRL environments.
+
+An episode is given by the user, never guessed: the task and the other system-prompt parts, and any
+of three ends:
+- `verifier`: Python source defining `verify(observation: str) -> bool`, the rule reward's kind of
+  code (pipeline/rewards/rule.py), run in its sandbox on each observation: True ends the episode
+  with success;
+- `success_pattern`: a regular expression searched in each observation: a match is success;
+- `max_steps`: the step limit: reaching it truncates the episode (gymnasium's `truncated`).
+Reward is sparse: 1.0 on the step that succeeds, 0.0 otherwise, so the return of an episode is
+whether the task was done. `seed` makes the episode reproducible: step t's request carries a seed
+derived from (episode seed, t), so the same actions get the same observations.
+"""
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.store.schema import SystemPrompt
+
+SUCCESS_REWARD = 1.0
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    task: str
+    system: SystemPrompt = field(default_factory=SystemPrompt)  # the other parts; its task_description is ignored
+    verifier: str | None = None
+    success_pattern: str | None = None
+    max_steps: int | None = None
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "EpisodeSpec":
+        """From a dataset row or gymnasium `options`: `task`, the system parts by name, and the ends."""
+        parts = {name: values[name] for name in ("action_space", "tools", "initial_state", "demonstrations",
+                                                  "simulation_instructions") if values.get(name) is not None}
+        max_steps = values.get("max_steps")
+        return cls(task=str(values.get("task") or values.get("task_description") or ""), system=SystemPrompt(**parts),
+                   verifier=values.get("verifier") or None, success_pattern=values.get("success_pattern") or None,
+                   max_steps=int(max_steps) if max_steps is not None else None)
+
+
+def step_seed(episode_seed: int, step: int) -> int:
+    """The request seed of step `step` of an episode: a stable function of both."""
+    digest = hashlib.blake2b(f"{episode_seed}\x1f{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reward: float
+    terminated: bool  # the task is done
+    truncated: bool  # the step limit ended it first
+    reason: str
+
+
+def judge(spec: EpisodeSpec, observation: str, steps_taken: int, sandbox_config=None) -> Outcome:
+    """The outcome of the step that produced `observation`, the `steps_taken`-th of the episode."""
+    if spec.success_pattern and re.search(spec.success_pattern, observation):
+        return Outcome(SUCCESS_REWARD, True, False, f"the observation matches {spec.success_pattern!r}")
+    if spec.verifier:
+        from pipeline.config.sandbox import SandboxConfig
+        from pipeline.rewards.rule import rule_reward
+
+        verdict = rule_reward(spec.verifier, observation, sandbox_config or SandboxConfig())
+        if verdict.status == "pass":
+            return Outcome(SUCCESS_REWARD, True, False, f"the verifier passed: {verdict.reason}")
+        reason = f"the verifier did not pass ({verdict.status}: {verdict.reason})"
+    else:
+        reason = "no end reached"
+    if spec.max_steps is not None and steps_taken >= spec.max_steps:
+        return Outcome(0.0, False, True, f"the step limit of {spec.max_steps} was reached; {reason}")
+    return Outcome(0.0, False, False, reason)

@@ -1,0 +1,77 @@
+"""The simulated environment as a `gymnasium.Env` (issue 19, deliver 3): what gymnasium-based agent
+RL code (and `gymnasium.utils.env_checker.check_env`) expects.
+
+    env = WorldModelEnv("http://127.0.0.1:8000/v1", "simulacra-world-model-...", "terminal",
+                        EpisodeSpec("Count the lines of notes.txt", SystemPrompt(action_space="bash"),
+                                    success_pattern=r"^\\s*3\\b", max_steps=20))
+    observation, info = env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
+
+Observations and actions are text (`TextOf`: any string up to a length, where gymnasium's `Text`
+admits only its sampling alphabet). `reset(seed=..., options=...)`: the seed seeds `np_random`, from
+which the episode's seed is drawn, so the same seed gives the same episode (pipeline/serving/episode.py);
+`options` may replace the episode (`task`, the system parts by name, `verifier`, `success_pattern`,
+`max_steps`). The initial observation is the initial state. `info` holds the thinking of a thinking
+model, the outcome's reason and how many history turns the request carried (the history is shortened
+as training shortened it, pipeline/serving/environment.py).
+"""
+
+from typing import Any
+
+import gymnasium
+from gymnasium import spaces
+
+from pipeline.serving.environment import WorldModelEnvironment
+from pipeline.serving.episode import EpisodeSpec, judge, step_seed
+
+
+class TextOf(spaces.Text):
+    """Any text of at most `max_length` characters. Sampling (for checkers and random agents) draws from
+    gymnasium's default alphanumeric alphabet; membership admits every character, since observations
+    are whatever the environment prints."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+class WorldModelEnv(gymnasium.Env[str, str]):
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, base_url: str, model: str, domain: str, episode: EpisodeSpec, *,
+                 prompt_format: str | None = None, max_history_chars: int | None = None, max_tokens: int = 512,
+                 temperature: float = 1.0, max_action_chars: int = 4096, max_observation_chars: int = 1 << 20,
+                 render_mode: str | None = None, api_key: str = "EMPTY"):
+        self.simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
+                                               max_tokens, temperature)
+        self.episode = episode
+        self.action_space = TextOf(max_length=max_action_chars)
+        self.observation_space = TextOf(max_length=max_observation_chars)
+        self.render_mode = render_mode
+        self._episode_seed = 0
+        self._steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        if options:
+            self.episode = EpisodeSpec.from_mapping(options)
+        self._episode_seed = int(self.np_random.integers(0, 2**62))
+        self._steps = 0
+        observation = self.simulator.reset(self.episode.task, self.episode.system)
+        return observation[: self.observation_space.max_length], {"task": self.episode.task}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._steps += 1
+        observation = self.simulator.step(action, seed=step_seed(self._episode_seed, self._steps))
+        observation = observation[: self.observation_space.max_length]
+        outcome = judge(self.episode, observation, self._steps)
+        info = {"thinking": self.simulator.last_thinking, "reason": outcome.reason,
+                "history_sent": self.simulator.last_history_sent, "steps": self._steps}
+        return observation, outcome.reward, outcome.terminated, outcome.truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = [f"task: {self.episode.task}"]
+        for action, observation in self.simulator.history:
+            lines += [f"> {action}", observation]
+        return "\n".join(lines)
