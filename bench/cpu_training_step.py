@@ -1,0 +1,91 @@
+"""What a training step of the demo's real model costs on this machine, full fine-tuning against LoRA
+and long windows against short ones (issue 16: "measure per-step cost with and without LoRA, shorter
+windows"), each printed as a ratio to full fine-tuning on the longest window, measured in the same run.
+
+    python bench/cpu_training_step.py [--model smollm2-135m-instruct] [--lengths 1024 512] [--repeats 3]
+
+The variants run interleaved (full, LoRA, full, LoRA, ...) so that load from other processes on a
+shared machine falls on all of them alike; the first step of each is a warm-up and not counted. A step
+is a forward pass with the project's loss on one row (`pipeline/training/token_loss.py`: no
+[tokens x vocabulary] logits), the backward pass and an AdamW update, in float32 (this CPU has no
+bfloat16 arithmetic: `lscpu` flags).
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _model_folder(name: str, workspace: Path) -> str:
+    from pipeline.config import load_config
+    from pipeline.training.models import ensure_base_model
+
+    config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": name}}])
+    return ensure_base_model(config)
+
+
+def _variant(folder: str, lora: bool):
+    """The model with the project's loss, and (LoRA) adapters on every projection of it, rank 16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.training.token_loss import install_token_loss
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    install_token_loss(model, "chunked")  # LoRA layers replace the projections in place: the loss still sees them
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return model, torch.optim.AdamW(trainable, lr=1e-5), sum(p.numel() for p in trainable)
+
+
+def _step(model, optimizer, length: int) -> float:
+    import torch
+
+    ids = torch.randint(0, model.config.vocab_size, (1, length + 1))
+    positions = torch.arange(length)[None]
+    start = time.perf_counter()
+    out = model.forward(input_ids=ids[:, :-1], position_ids=positions, shift_labels=ids[:, 1:])
+    (out["loss_sum"] / out["label_count"]).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 512])
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per variant (after one warm-up)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _model_folder(args.model, Path(tmp) / "workspace") if not Path(args.model).is_dir() else args.model
+        variants = {}
+        for lora in (False, True):
+            variants["lora" if lora else "full"] = _variant(folder, lora)
+        times: dict[tuple[str, int], list[float]] = {}
+        for length in args.lengths:
+            for round_ in range(args.repeats + 1):
+                for name, (model, optimizer, _) in variants.items():
+                    took = _step(model, optimizer, length)
+                    if round_:
+                        times.setdefault((name, length), []).append(took)
+    reference = statistics.median(times[("full", max(args.lengths))])
+    print(f"{'variant':<8}{'window':>8}{'trainable':>14}{'median s/step':>15}{'ratio':>8}{'s per 1k tokens':>17}")
+    for (name, length), series in times.items():
+        median = statistics.median(series)
+        print(f"{name:<8}{length:>8}{variants[name][2]:>14,}{median:>15.2f}{median / reference:>8.2f}{median / length * 1000:>17.2f}")
+
+
+if __name__ == "__main__":
+    main()
