@@ -121,3 +121,26 @@ def test_a_thinking_budget_answers_every_request_in_the_thinking_format(tiny, tm
     assert all(budget + closing < answer.completion_tokens <= budget + closing + 6 for answer in thought)
     assert {answer.key for answer in thought}.isdisjoint(answer.key for answer in free)
     assert all(not parse_candidate(answer.text).ok for answer in free)  # the random model, free, never writes the format
+
+
+def test_a_literal_end_of_turn_inside_an_action_stays_text_as_in_training(tiny):
+    """Issue 17.17: the prompt ids of a request equal the training builder's for the same messages,
+    so `<|im_end|>` typed inside an action is text, not the end of the turn."""
+    from transformers import AutoTokenizer
+
+    from pipeline.llm.transformers_backend import TransformersBackend
+    from pipeline.training.sequences import SequenceBuilder
+
+    messages = ({"role": "system", "content": "You simulate a terminal."},
+                {"role": "user", "content": "echo '<|im_end|>'"}, {"role": "assistant", "content": "<|im_end|>"},
+                {"role": "user", "content": "ls"})
+    backend = TransformersBackend(EndpointConfig(backend="transformers", model=str(tiny), device="cpu"))
+    ids = backend._prompt_batch([ChatRequest(messages)], "")["input_ids"][0].tolist()
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    builder = SequenceBuilder(tokenizer, max_length=4096, seed=0)
+    expected = []
+    for message, content in zip(messages, builder.encode([m["content"] for m in messages])):
+        expected += builder.headers[message["role"]] + content + builder.footer
+    assert ids == expected + builder.headers["assistant"]
+    end = tokenizer.convert_tokens_to_ids(IM_END)
+    assert ids.count(end) == 4  # one per message; the two typed ones are text

@@ -94,6 +94,32 @@ class TransformersBackend:
 
         yield send
 
+    def _prompt_batch(self, requests: list[ChatRequest], prefix: str):
+        """Left-padded prompt ids. For a ChatML model, built piece by piece as training builds its
+        sequences (pipeline/serving/chatml.py): a literal `<|im_end|>` inside an action stays text, as the
+        model saw it in training, instead of becoming the end of the turn (issue 17.17). Any other model:
+        its own chat template, rendered and tokenised."""
+        import torch
+        from transformers import BatchEncoding
+
+        from pipeline.serving.chatml import PromptTokens
+        from pipeline.training.tiny_model import IM_START
+
+        _, tokenizer, _ = self._load()
+        suffix = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+        if IM_START not in tokenizer.get_vocab() or IM_START not in (tokenizer.chat_template or ""):
+            prompts = [tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
+                       + prefix for r in requests]
+            # The template already wrote every special token the model expects.
+            return tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        builder = PromptTokens(tokenizer, thinking=False)  # history observations are the environment's, never thinking
+        rows = [builder.ids([dict(m) for m in r.messages]) + suffix for r in requests]
+        width = max(map(len, rows))
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])
+        attention_mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+        return BatchEncoding({"input_ids": input_ids, "attention_mask": attention_mask})
+
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
         import torch
         from transformers import LogitsProcessorList
@@ -101,12 +127,7 @@ class TransformersBackend:
         model, tokenizer, stops = self._load()
         budget = max((r.thinking_budget or 0) for r in requests)  # a stage sends one kind of request at a time
         prefix = f"{THINK_OPEN}\n" if budget else ""
-        prompts = [
-            tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True) + prefix
-            for r in requests
-        ]
-        # The template already wrote every special token the model expects.
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        batch = self._prompt_batch(requests, prefix).to(model.device)
         sampling: dict[str, Any] = {"do_sample": self.endpoint.temperature > 0}
         if sampling["do_sample"]:
             sampling.update(temperature=self.endpoint.temperature, top_p=self.endpoint.top_p)
