@@ -177,8 +177,8 @@ def test_sigkill_mid_sampling_then_rerun_asks_nothing_twice_and_equals_an_uninte
         assert start_sft(config, uninterrupted / "run.log").wait(timeout=900) == 0, (uninterrupted / "run.log").read_text()
         reference_requests = answered(server)
 
-    # About 20 requests a batch of three queries (6 candidates, their pointwise and pairwise judgements):
-    # the 30th is in the second batch, after the first is committed whole.
+    # About 15 requests a batch of three queries (6 candidates, their pointwise judgements, the pairwise
+    # judgements of the candidates that pass both gates): the 30th is after the first batch is committed whole.
     switch = KillSwitch(at=30)
     with OpenAIServer(answer=switch) as server:
         config = write_config(killed, server.base_url)
