@@ -6,8 +6,10 @@ Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker wh
    checkpoint unless `sft.base_model`), a Parquet snapshot of the cpt, sft and eval pools, the
    fingerprint; then rejection sampling (pipeline/sft/sampling.py) over a seeded choice of the sft
    pool's target turns (`sft.max_queries`): K candidates, strictly parsed, judged against the real
-   observation, the top two compared pairwise in both orders, a keep/discard decision per query,
-   every row committed as it is produced, so a killed run resumes where it was; then the training
+   observation, the ones that pass `min_score` and the thinking check compared pairwise round robin
+   in both orders (by the LLM judge; the similarity judge's ranking decides alone), a keep/discard
+   decision per query, every row committed as it is produced, so a killed run resumes where it was;
+   then the training
    sequences of the kept queries (pipeline/sft/samples.py: one of ten system templates per sample,
    labels on the assistant output only) and the held-out sequences (the eval pool in CPT's format
    and windows, so the cross-entropy is comparable with CPT's);
@@ -21,8 +23,13 @@ The target of a kept sample ends with the winner's thinking followed by the *rea
 not the winner's prediction: the judge admits a prediction that differs from the environment where
 the rubric only asks for plausibility (a PID, a timestamp, an unseen file's contents); training on
 it would teach the generator's guesses as facts, where the real observation is the environment's
-own answer. The thinking stays the winner's: the judge found it led to a prediction close to that
-observation (`min_score`), and it is the reasoning the data lacks.
+own answer. The thinking stays the winner's, the reasoning the data lacks, and it must lead to the
+observation it is trained before: SPEC's "If the best falls below a minimum score the query is
+discarded" read for a target of thinking + real observation. So a candidate competes only when its
+own prediction agrees with the real observation on deterministic content (`sft.min_content_agreement`
+for the similarity judge, the judge's factuality `sft.min_factuality` for the LLM judge), besides
+`min_score`; a query with no such candidate is discarded as `thinking_inconsistent` (issue 17, item 7:
+in the demo 23 of 28 kept winners predicted another record than the one trained on).
 """
 
 import json
@@ -95,12 +102,24 @@ def _sample(config, store, plan: Plan, queries: list[Query], judge, judge_label:
         # must continue from the store.
         maybe_fail(config, STAGE, f"after {done} queries were sampled and judged")
 
-    sampler = RejectionSampler(store, generators, judge, judge_label, sft.min_score, sft.seed, sft.batch_queries, after_batch)
+    sampler = RejectionSampler(
+        store, generators, judge, judge_label, sft.min_score, sft.min_agreement, sft.seed, sft.batch_queries, after_batch
+    )
     with progress_bar("sft queries sampled and judged", total=len(queries)) as advance:
         tally = sampler.run(queries, advance)
     for client in clients:
         client.check_failures()
     return sampler, tally
+
+
+def _reasons(selections: list[dict[str, Any]]) -> str:
+    counts = Counter(row["reason"] for row in selections)
+    return ", ".join(f"{reason} {n}" for reason, n in counts.most_common()) or "none decided"
+
+
+def _thinking_check(sft) -> str:
+    field = "sft.min_factuality" if sft.judge.kind == "llm" else "sft.min_content_agreement"
+    return f"{field} {sft.min_agreement:g}" if sft.min_agreement is not None else f"{field} off"
 
 
 def _query_ids(queries: list[Query]) -> list[str]:
@@ -346,8 +365,8 @@ def prepare(config, store) -> Plan:
     kept = sum(1 for row in selections if row["kept"])
     if not kept:
         raise UserFixableError(
-            f"sft kept none of {len(queries)} queries (every winner below sft.min_score {sft.min_score:g}, or no candidate "
-            "parsed): see the sft_samples table; lower min_score or use a stronger generator"
+            f"sft kept none of {len(queries)} queries ({_reasons(selections)}): see the sft_samples table; lower "
+            f"sft.min_score ({sft.min_score:g}) or the thinking check ({_thinking_check(sft)}), or use a stronger generator"
         )
     stats = _build_sequences(config, plan, selections, queries)
     if not stats["train_sequences"]:
@@ -369,6 +388,7 @@ def prepare(config, store) -> Plan:
         "candidates_generated_this_run": tally.candidates_generated,
         "judgements_this_run": tally.pointwise_judged + tally.pairwise_judged,
         "judge": label,
+        "thinking_check": _thinking_check(sft),
         "selection": sampler.selection,
         **{k: v for k, v in stats.items() if not isinstance(v, dict)},
         **{f"template.{t}": n for t, n in stats["templates"].items()},

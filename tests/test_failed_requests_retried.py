@@ -9,18 +9,21 @@ from openai_server import Fault, OpenAIServer
 
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
 from pipeline.llm.client import EndpointFailed
+from pipeline.rewards.rubrics import prompt_text
 from pipeline.sft.generators import build_generators, build_judge, judge_label
 from pipeline.sft.queries import Query
 from pipeline.sft.sampling import RejectionSampler
 from pipeline.store.database import Store
 from pipeline.store.schema import SystemPrompt
 
+# The generator is told apart from the judge by the opening of its prompt file (data/prompts/sft_generator.md).
+GENERATOR_OPENING = prompt_text("sft_generator")[:40]
 CANDIDATE = "<think>\nIt prints the file.\n</think>\n\nline\n"
 QUERIES = [Query(f"t{i}", 1, "terminal", SystemPrompt(), (), f"cat f{i}", f"line {i}\n", 0) for i in range(2)]
 
 
 def answer(request: dict) -> str:
-    if request["messages"][0]["content"].startswith("You are helping to build training data"):
+    if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
         return CANDIDATE
     if "## Criteria" in request["messages"][0]["content"]:
         return json.dumps({"content_classes": [], "format": 4, "factuality": 4, "consistency": 4, "realism": 4,
@@ -34,7 +37,8 @@ def sample(store, server):
                                            None, "unused", "pools")
     judge_config = JudgeConfig(kind="llm", endpoint=endpoint)
     judge, judge_client = build_judge(judge_config, store)
-    sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), 1.0, 0, 4)
+    sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), min_score=1.0, min_agreement=3.0, seed=0,
+                               batch_queries=4)
     sampler.run(QUERIES)
     return sampler, clients[0], judge_client
 

@@ -12,7 +12,11 @@ from pipeline import progress
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.client import ChatRequest, EndpointFailed, open_client
 from pipeline.llm.credentials import REDACTED, public_url
+from pipeline.rewards.rubrics import prompt_text
 from pipeline.store.database import Store
+
+# The generator is told apart from the judge by the opening of its prompt file (data/prompts/sft_generator.md).
+GENERATOR_OPENING = prompt_text("sft_generator")[:40]
 
 
 @pytest.fixture
@@ -135,7 +139,7 @@ def test_an_answer_that_echoes_the_key_is_stored_redacted_never_judged_nor_kept(
     monkeypatch.setenv("SIMULACRA_TEST_KEY", key)
 
     def answer(request: dict) -> str:
-        if request["messages"][0]["content"].startswith("You are helping to build training data"):
+        if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
             return f"<think>\nheaders: Authorization: Bearer {key}\n</think>\n\nfile.txt\n"
         return json.dumps({"content_classes": [], "format": 5, "factuality": 5, "consistency": 5, "realism": 5,
                            "quality": 5, "rationale": f"looks right ({masked(key)})"})
@@ -148,7 +152,8 @@ def test_an_answer_that_echoes_the_key_is_stored_redacted_never_judged_nor_kept(
         judge_config = JudgeConfig(kind="llm", endpoint=endpoint)
         judge, _ = build_judge(judge_config, store)
         query = Query("t1", 1, "terminal", SystemPrompt(), (), "ls", "file.txt\n", 0)
-        sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), 1.0, 0, 4)
+        sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), min_score=1.0, min_agreement=3.0,
+                                   seed=0, batch_queries=4)
         sampler.run([query])
         statuses = [row[0] for row in store.execute("SELECT parse_status FROM sft_candidates").fetchall()]
         kept = store.execute("SELECT count(*) FROM sft_samples WHERE kept").fetchone()[0]

@@ -4,7 +4,7 @@ ranked as a person would, and JSON scored by its values (issue 17, items 5 and 1
 import pytest
 
 from pipeline.rewards.json_agreement import json_agreement
-from pipeline.rewards.semantic import SemanticScorer
+from pipeline.rewards.semantic import SemanticScorer, deterministic_agreement
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +123,28 @@ def test_an_echoed_leaf_weighs_less_than_one_the_environment_supplied():
     echoed_wrong = '{"book_id": "B99", "title": "Dune", "author": "Herbert", "copies": 3, "available": true}'
     supplied_wrong = '{"book_id": "B17", "title": "Emma", "author": "Herbert", "copies": 3, "available": true}'
     assert json_agreement(echoed_wrong, BOOK, CALL) > json_agreement(supplied_wrong, BOOK, CALL)
+
+
+LISTING = "field-notes.txt\nreadme.md\nplan.md"
+EVERY_VALUE_WRONG = '{"book_id": "B18", "title": "Emma", "author": "Austen", "copies": 1, "available": false}'
+
+
+@pytest.mark.parametrize(
+    ("action", "prediction", "reference", "expected", "why"),
+    [
+        ("mkdir x", "", "", 1.0, "an empty reference: an empty prediction agrees"),
+        ("mkdir x", "mkdir creates the directory x.", "", 0.0, "an empty reference: anything else disagrees"),
+        ("echo hello", "hello\n", "hello", 1.0, "identical, line ends aside"),
+        ("wc -c field-notes.txt", "170 field-notes.txt", "169 field-notes.txt", 0.0,
+         "the one fact the environment adds is wrong (the full score gives it 0.48)"),
+        ("wc -c field-notes.txt", CHATTY_WC, "169 field-notes.txt", 0.0, "restating the command states no fact"),
+        ("ls docs", "field-notes.txt\nreadme.md\nplans.md", LISTING, pytest.approx(2 / 3), "two names of three right"),
+        ("cat x", "", "hello", 0.0, "an empty prediction of a real output"),
+        (CALL, BOOK.replace('"copies": 3', '"copies": 2'), BOOK, pytest.approx(3.25 / 4.25),
+         "JSON: one supplied value of four wrong (the echoed book_id weighs a quarter)"),
+        (CALL, EVERY_VALUE_WRONG, BOOK, 0.0, "JSON: the right keys with every value wrong agree on nothing"),
+        (CALL, "The book B17 is Dune by Herbert, 3 copies, available.", BOOK, 0.0, "prose where the environment answers JSON"),
+    ],
+)
+def test_deterministic_agreement(action, prediction, reference, expected, why):
+    assert deterministic_agreement(prediction, reference, action) == expected, why

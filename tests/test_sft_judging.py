@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.client import open_client
-from pipeline.sft.judging import LLMJudge, PairwiseItem, PointwiseItem, SemanticJudge, validate_pairwise, validate_pointwise
+from pipeline.sft.judging import CRITERIA, LLMJudge, PairwiseItem, PointwiseItem, SemanticJudge, validate_pairwise, validate_pointwise
 from pipeline.sft.queries import Query
 from pipeline.store.schema import SystemPrompt
 from pipeline.training.sequences import ScoredTurn
@@ -115,7 +115,24 @@ def test_semantic_judge_maps_similarity_to_one_to_five():
     assert scores[2] == 5.0 and scores[3] == 1.0  # JSON: no leaf in common
     assert all(v.valid and v.criteria is None for v in verdicts)
     assert [json.loads(v.raw)["method"] for v in verdicts] == ["identical", "observation", "identical", "json_leaves"]
-    [forward, backward] = judge.pairwise([
-        PairwiseItem(_query(), "notes.txt\n", "unrelated text"), PairwiseItem(_query(), "unrelated text", "notes.txt\n")
-    ])
-    assert (forward.winner, backward.winner) == ("A", "B")
+    assert not judge.compares_pairwise and not hasattr(judge, "pairwise")
+
+
+@pytest.mark.parametrize(
+    ("action", "reference", "prediction", "expected", "why"),
+    [
+        ("ls", "notes.txt\n", "notes.txt", 1.0, "the listing, line ends aside"),
+        ("wc -c notes.txt", "169 notes.txt", "170 notes.txt", 0.0, "the one fact wrong, the shape right"),
+        ("mkdir x", "", "", 1.0, "an empty reference and an empty prediction"),
+        ("mkdir x", "", "mkdir creates x.", 0.0, "an explanation where the environment prints nothing"),
+    ],
+)
+def test_semantic_judge_agreement_is_the_content_agreement(action, reference, prediction, expected, why):
+    query = Query("t1", 1, "terminal", SystemPrompt("Manage files."), (), action, reference, 0)
+    assert SemanticJudge().agreement(PointwiseItem(query, prediction), {}) == expected, why
+
+
+def test_llm_judge_agreement_is_its_factuality_criterion():
+    judge = LLMJudge(client=None, history_turns=0)
+    assert judge.compares_pairwise
+    assert judge.agreement(PointwiseItem(_query(), "notes.txt"), {**{c: 5.0 for c in CRITERIA}, "factuality": 2.0}) == 2.0

@@ -25,6 +25,7 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.config.model import TinyModelConfig
+from pipeline.rewards.rubrics import prompt_text
 from pipeline.store.database import Store
 from pipeline.training.tiny_model import build_tiny_model
 from stages import filter as filter_stage
@@ -39,6 +40,8 @@ SFT_TABLES = {
     "sft_samples": "query_id, selection",
 }
 
+# The generator is told apart from the judge by the opening of its prompt file (data/prompts/sft_generator.md).
+GENERATOR_OPENING = prompt_text("sft_generator")[:40]
 pytestmark = pytest.mark.slow
 
 
@@ -64,7 +67,7 @@ def scripted_answer(request: dict) -> str:
     """Deterministic answers by role (told apart by their system prompts), with every path exercised:
     candidates that do not parse, judge answers out of range and not JSON, judges biased to a position."""
     system, last = request["messages"][0]["content"], request["messages"][-1]["content"]
-    if system.startswith("You are helping to build training data"):
+    if system.startswith(GENERATOR_OPENING):
         variant = _digest(json.dumps(request["messages"]) + str(request.get("seed"))) % 6
         if variant == 0:
             return "I think the output is: done"  # no thinking block: stored as missing_think
@@ -174,8 +177,8 @@ def test_sigkill_mid_sampling_then_rerun_asks_nothing_twice_and_equals_an_uninte
         assert start_sft(config, uninterrupted / "run.log").wait(timeout=900) == 0, (uninterrupted / "run.log").read_text()
         reference_requests = answered(server)
 
-    # About 20 requests a batch of three queries (6 candidates, their pointwise and pairwise judgements):
-    # the 30th is in the second batch, after the first is committed whole.
+    # About 15 requests a batch of three queries (6 candidates, their pointwise judgements, the pairwise
+    # judgements of the candidates that pass both gates): the 30th is after the first batch is committed whole.
     switch = KillSwitch(at=30)
     with OpenAIServer(answer=switch) as server:
         config = write_config(killed, server.base_url)

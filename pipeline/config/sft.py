@@ -55,10 +55,11 @@ class JudgeConfig(Section):
     kind: Literal["llm", "semantic"] = Field(
         default="semantic",
         description="`llm`: a judge model scores each candidate on SPEC's five criteria (1-5) with the domain's "
-        "rubric (data/rubrics/), answering a JSON schema, then compares the top two pairwise. `semantic`: the "
-        "offline similarity judge (pipeline/rewards/semantic.py: agreement of what the observation adds to the "
-        "action, its format and MiniLM cosine; per-leaf value agreement for JSON), mapped to 1 + 4 x similarity: not a "
-        "five-criteria judge. Default semantic, so the stage runs with no endpoint or key.",
+        "rubric (data/rubrics/), answering a JSON schema, then compares the competing candidates pairwise. "
+        "`semantic`: the offline similarity judge (pipeline/rewards/semantic.py: agreement of what the observation "
+        "adds to the action, its format and MiniLM cosine; per-leaf value agreement for JSON), mapped to 1 + 4 x "
+        "similarity: not a five-criteria judge, and no pairwise step (comparing two similarities restates the "
+        "scores). Default semantic, so the stage runs with no endpoint or key.",
     )
     endpoint: EndpointConfig = Field(
         default_factory=lambda: EndpointConfig(temperature=0.0, max_tokens=512),
@@ -111,6 +112,28 @@ class SFTConfig(TrainingSettings):
         "the judge found the prediction more wrong than right, and the thinking that led there is not worth "
         "imitating. On the similarity judge it is RWML's rule with threshold 0.5: 1 - cos < 0.5.",
     )
+    min_content_agreement: float | None = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="The thinking check with the similarity judge (issue 17, item 7): a sample trains on the "
+        "winner's thinking then the real observation, so the thinking must lead to that observation. A candidate "
+        "competes only when its own prediction agrees with the real observation on deterministic content at least "
+        "this much (pipeline/rewards/semantic.py `deterministic_agreement`: F1 of the tokens the action does not "
+        "hold, the leaf-value agreement for JSON; an empty reference agrees only with an empty prediction); a "
+        "query with none is discarded as `thinking_inconsistent`. 0.5: more of the environment's own tokens right "
+        "than wrong; a listing with one name of three wrong (0.67) passes, a byte count off by one (0) does not. "
+        "None: off.",
+    )
+    min_factuality: float | None = Field(
+        default=3.0,
+        ge=1,
+        le=5,
+        description="The thinking check with the `llm` judge: a candidate competes only when the judge's factuality "
+        "criterion (1-5; the rubric's standard for deterministic content, which must match) is at least this; "
+        "otherwise as `min_content_agreement`. 3, the scale's midpoint: below it the judge found the prediction's "
+        "facts more wrong than right. None: off.",
+    )
     # --- training: data -------------------------------------------------------------------------
     base_model: str | None = Field(
         default=None,
@@ -160,3 +183,8 @@ class SFTConfig(TrainingSettings):
     @property
     def candidates_per_query(self) -> int:
         return sum(generator.samples for generator in self.generators)
+
+    @property
+    def min_agreement(self) -> float | None:
+        """The thinking check's threshold on the configured judge's measure of agreement."""
+        return self.min_factuality if self.judge.kind == "llm" else self.min_content_agreement

@@ -79,11 +79,11 @@ def _f1(matched_reference: float, reference_total: float, matched_prediction: fl
     return 2 * recall * precision / (recall + precision)
 
 
-def json_agreement(prediction: str, reference: str, action: str = "") -> float:
-    """In [0, 1]: 0.8 x value agreement + 0.2 x key agreement of the two JSON texts' leaves."""
+def _agreements(prediction: str, reference: str, action: str) -> tuple[float, float]:
+    """(value agreement, key agreement) of the two JSON texts' leaves; (0, 0) where either does not parse."""
     expected, predicted = parse_json(reference), parse_json(prediction)
     if expected is None or predicted is None:
-        return 0.0
+        return 0.0, 0.0
     action = action.lower()
     reference_leaves = {path: _canonical(value) for path, value in leaves(expected)}
     prediction_leaves = {path: _canonical(value) for path, value in leaves(predicted)}
@@ -94,4 +94,15 @@ def json_agreement(prediction: str, reference: str, action: str = "") -> float:
                  sum(prediction_weights[p] for p in same), sum(prediction_weights.values()))
     shared = reference_leaves.keys() & prediction_leaves.keys()
     keys = _f1(len(shared), len(reference_leaves), len(shared), len(prediction_leaves))
+    return values, keys
+
+
+def value_agreement(prediction: str, reference: str, action: str = "") -> float:
+    """In [0, 1]: the leaf-value agreement alone, the response's content without its shape (issue 17, item 7)."""
+    return _agreements(prediction, reference, action)[0]
+
+
+def json_agreement(prediction: str, reference: str, action: str = "") -> float:
+    """In [0, 1]: 0.8 x value agreement + 0.2 x key agreement of the two JSON texts' leaves."""
+    values, keys = _agreements(prediction, reference, action)
     return VALUE_SHARE * values + (1.0 - VALUE_SHARE) * keys

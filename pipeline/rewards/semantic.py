@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pipeline.rewards.json_agreement import json_agreement, parse_json
+from pipeline.rewards.json_agreement import json_agreement, parse_json, value_agreement
 from pipeline.rewards.observation_agreement import content_agreement, format_agreement
 
 JSON_STEP = 0.25
@@ -63,6 +63,21 @@ def _same_text(prediction: str, reference: str) -> bool:
         return [line.rstrip() for line in text.rstrip().splitlines()]
 
     return lines(prediction) == lines(reference)
+
+
+def deterministic_agreement(prediction: str, reference: str, action: str) -> float:
+    """In [0, 1]: how far the prediction gets the reference's content right, its shape and wording aside:
+    the content term of the text score, the leaf-value agreement for JSON (0 for a prediction that is not
+    JSON there), and for an empty reference 1 only for an empty prediction. Used as a check where a
+    prediction must agree with the reference on facts, not only resemble it (SFT's thinking check, issue
+    17 item 7); no embedding, so it costs a tokenisation per pair."""
+    if not reference.strip():
+        return 0.0 if prediction.strip() else 1.0
+    if _same_text(prediction, reference):
+        return 1.0
+    if is_json(reference):
+        return value_agreement(prediction, reference, action)
+    return content_agreement(prediction, reference, action)
 
 
 class SemanticScorer:

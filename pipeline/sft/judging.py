@@ -1,19 +1,23 @@
 """Judges of SFT candidates: an LLM judge with the domain's rubric, or the offline similarity judge.
 
-A judge does two things (issue 10):
+A judge does up to three things (issues 10 and 17):
 - `pointwise`: score one parsed candidate against the reference. The LLM judge scores SPEC's five
   criteria 1-5 with the domain's rubric (which classifies the observation's content first) and
   answers a JSON schema, sent as the endpoint's structured output; the answer is validated, and an
   answer that is not JSON, misses a criterion or holds a score outside 1-5 is recorded as invalid
   with the reason and scores the candidate 0. The score is the mean of the five criteria.
-- `pairwise`: given the reference and two candidates A and B, which is better. Asked in both orders
-  by the selection (pipeline/sft/selection.py) to cancel position bias.
+- `agreement`: how far a candidate's prediction agrees with the reference on deterministic content,
+  the selection's thinking check (pipeline/sft/selection.py). The LLM judge's measure is its
+  factuality criterion (1-5); the similarity judge's the content agreement of the offline scorer
+  (pipeline/rewards/semantic.py's `deterministic_agreement`, 0-1).
+- `pairwise` (only where `compares_pairwise`): given the reference and two candidates A and B,
+  which is better. Asked in both orders by the selection to cancel position bias.
 
 The similarity judge (`semantic`) maps the offline judge's score (pipeline/rewards/semantic.py: the
 content the action does not hold, the format, the embedding similarity) onto the same scale,
 score = 1 + 4 x similarity, with no criteria: it measures closeness to the reference, not format,
-factuality, consistency, realism and quality separately. Its pairwise
-comparison is the comparison of the two similarities (the same in either order).
+factuality, consistency, realism and quality separately. It does not compare pairwise: comparing two
+similarities restates its pointwise ranking, which is no second opinion (issue 17, item 8).
 
 The judge sees only the extracted prediction (strict parsing, pipeline/sft/candidates.py), never
 the thinking, so self-praise in the reasoning cannot reach it (SPEC.md, Stage 3).
@@ -21,13 +25,14 @@ the thinking, so self-praise in the reasoning cannot reach it (SPEC.md, Stage 3)
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.rewards.rubrics import load_rubric, prompt_text
+from pipeline.rewards.semantic import deterministic_agreement
 from pipeline.sft.queries import Query
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
@@ -151,6 +156,8 @@ class PairwiseItem:
 class LLMJudge:
     """The rubric judge behind an OpenAI-compatible endpoint (or a local model), through the LLM client."""
 
+    compares_pairwise = True
+
     def __init__(self, client, history_turns: int):
         self.client = client
         self.history_turns = history_turns
@@ -178,6 +185,11 @@ class LLMJudge:
         answers = self.client.complete_sync(requests) if requests else []
         return [validate_pointwise(answer.text, answer.error) for answer in answers]
 
+    def agreement(self, item: PointwiseItem, criteria: Mapping[str, float | None]) -> float | None:
+        """The factuality criterion of the candidate's valid pointwise judgement: the rubric's standard for
+        deterministic content (it must match), where the other criteria also admit a plausible guess."""
+        return criteria.get("factuality")
+
     def pairwise(self, items: Sequence[PairwiseItem]) -> list[Preference]:
         from pipeline.llm.client import ChatRequest
 
@@ -198,7 +210,9 @@ class LLMJudge:
 
 
 class SemanticJudge:
-    """The offline similarity judge: 1 + 4 x similarity, no criteria (see the module docstring)."""
+    """The offline similarity judge: 1 + 4 x similarity, no criteria, no pairwise step (see the module docstring)."""
+
+    compares_pairwise = False
 
     def __init__(self):
         from pipeline.rewards.semantic import SemanticScorer
@@ -212,13 +226,5 @@ class SemanticJudge:
             for s in similarities
         ]
 
-    def pairwise(self, items: Sequence[PairwiseItem]) -> list[Preference]:
-        pairs = [(text, item.query.reference, item.query.action) for item in items for text in (item.first, item.second)]
-        similarities = self.scorer.similarities(pairs)
-        preferences = []
-        for index in range(len(items)):
-            a, b = similarities[2 * index].value, similarities[2 * index + 1].value
-            winner = "A" if a > b else "B" if b > a else "tie"
-            raw = json.dumps({"similarity_a": round(a, 6), "similarity_b": round(b, 6), "method": similarities[2 * index].method})
-            preferences.append(Preference(winner, True, raw=raw))
-        return preferences
+    def agreement(self, item: PointwiseItem, criteria: Mapping[str, float | None]) -> float:
+        return deterministic_agreement(item.prediction, item.query.reference, item.query.action)

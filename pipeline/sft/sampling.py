@@ -5,7 +5,9 @@ each batch, in this order, each step committed before the next begins:
 1. candidates: every generator writes its `samples` per query; each is parsed strictly and stored
    in `sft_candidates`, parsed or not;
 2. pointwise judgements of the parsed candidates, into `judgements` (kind `pointwise`);
-3. pairwise judgements of each query's top two, in both orders (kind `pairwise`);
+3. with a judge that compares pairwise (the LLM judge), pairwise judgements of each query's
+   competitors, the candidates that pass `min_score` and the thinking check, round robin in both
+   orders (kind `pairwise`); the similarity judge makes none (pipeline/sft/selection.py);
 4. the selection of each query, into `sft_samples`: kept or discarded, why, what decided it, and
    the system-prompt template drawn for a kept one.
 Every row has an id hashed from what determines it (query, generator or judge, sample index,
@@ -18,7 +20,8 @@ judgement row is asked again by the next run, and a query with such a row is lef
 
 Generators and judges are named by a label plus a digest of everything that shapes their output
 (model, sampling parameters, prompt and rubric files), so a changed prompt produces new rows
-instead of reusing old ones. A selection is keyed by (generators, judge, min_score).
+instead of reusing old ones. A selection is keyed by (the selection rules' version, generators,
+judge, min_score, min_agreement).
 """
 
 import hashlib
@@ -33,7 +36,7 @@ from pipeline.rewards.rubrics import PROMPTS_DIR, files_digest, prompt_text, rub
 from pipeline.sft.candidates import parse_candidate
 from pipeline.sft.judging import CRITERIA, PairwiseItem, PointwiseItem
 from pipeline.sft.queries import Query
-from pipeline.sft.selection import Contender, Selection, decide, ranked
+from pipeline.sft.selection import SELECTION_RULES, Contender, Rules, competitors, decide, pairings
 
 GENERATOR_PROMPT = "sft_generator"
 FAILED_CANDIDATE = "parse_status = 'generation_failed'"
@@ -100,17 +103,20 @@ class SamplingTally:
 
 
 class RejectionSampler:
-    def __init__(self, store, generators: Sequence[Generator], judge, judge_label: str, min_score: float, seed: int,
-                 batch_queries: int, after_batch: Callable[[int], None] = lambda done: None):
+    def __init__(self, store, generators: Sequence[Generator], judge, judge_label: str, min_score: float,
+                 min_agreement: float | None, seed: int, batch_queries: int,
+                 after_batch: Callable[[int], None] = lambda done: None):
         self.store = store
         self.generators = list(generators)
         self.judge = judge
         self.judge_label = judge_label
-        self.min_score = min_score
+        self.rules = Rules(min_score, min_agreement, judge.compares_pairwise)
         self.seed = seed
         self.batch_queries = batch_queries
         self.after_batch = after_batch
-        self.selection = digest("selection", [g.label for g in self.generators], judge_label, min_score)
+        self.selection = digest(
+            "selection", SELECTION_RULES, [g.label for g in self.generators], judge_label, min_score, min_agreement
+        )
         self.tally = SamplingTally()
 
     def run(self, queries: Sequence[Query], advance: Callable[[int], None] = lambda n: None) -> SamplingTally:
@@ -200,31 +206,42 @@ class RejectionSampler:
         self.tally.pointwise_judged += len(rows)
 
     def _contenders(self, batch: list[Query]) -> dict[str, tuple[list[Contender], bool]]:
-        """Per query: its parsed candidates with a valid pointwise score, and whether any parsed."""
+        """Per query: its parsed candidates with a valid pointwise score and the judge's agreement of their
+        prediction with the reference, and whether any parsed."""
         per_query = self._batch_candidates(batch)
+        by_id = {query.query_id: query for query in batch}
         ids = [judgement_id("pointwise", self.judge_label, r["candidate_id"]) for rows in per_query.values() for r in rows]
-        scores = {
-            row["candidate_a"]: row["score"]
+        verdicts = {
+            row["candidate_a"]: row
             for row in self.store.rows(
-                "SELECT candidate_a, score FROM judgements WHERE valid AND judgement_id IN (SELECT unnest(?::VARCHAR[]))",
+                f"SELECT candidate_a, score, {', '.join(CRITERIA)} FROM judgements "
+                "WHERE valid AND judgement_id IN (SELECT unnest(?::VARCHAR[]))",
                 [ids],
             )
         }
         result = {}
         for qid, rows in per_query.items():
-            contenders = [Contender(r["candidate_id"], r["order"], scores[r["candidate_id"]]) for r in rows if r["candidate_id"] in scores]
+            contenders = []
+            for row in rows:
+                verdict = verdicts.get(row["candidate_id"])
+                if verdict is None:
+                    continue
+                item = PointwiseItem(by_id[qid], row["prediction"])
+                agreement = self.judge.agreement(item, {name: verdict[name] for name in CRITERIA})
+                contenders.append(Contender(row["candidate_id"], row["order"], verdict["score"], agreement))
             result[qid] = (contenders, any(r["parse_status"] == "ok" for r in rows))
         return result
 
     # -- 3. pairwise ------------------------------------------------------------------------------
     def _pairwise(self, batch: list[Query]) -> None:
+        if not self.rules.pairwise:
+            return
         by_id = {query.query_id: query for query in batch}
-        wanted = []
-        for qid, (contenders, _) in self._contenders(batch).items():
-            if len(contenders) < 2:
-                continue
-            first, second = ranked(contenders)[:2]
-            wanted += [(by_id[qid], first, second), (by_id[qid], second, first)]
+        wanted = [
+            (by_id[qid], a, b)
+            for qid, (contenders, _) in self._contenders(batch).items()
+            for a, b in pairings(competitors(contenders, self.rules))
+        ]
         ids = [judgement_id("pairwise", self.judge_label, a.candidate_id, b.candidate_id) for _, a, b in wanted]
         have = self._existing("judgements", "judgement_id", ids, FAILED_JUDGEMENT)
         todo = [(item, jid) for item, jid in zip(wanted, ids) if jid not in have]
@@ -260,12 +277,12 @@ class RejectionSampler:
             ).fetchall()
         }
         unsettled = self._unsettled(list(by_id))
+        undecided = {qid: entry for qid, entry in self._contenders(batch).items() if qid not in done and qid not in unsettled}
+        preferences = self._preferences([contenders for contenders, _ in undecided.values()])
         now = datetime.now()
         rows = []
-        for qid, (contenders, any_parsed) in self._contenders(batch).items():
-            if qid in done or qid in unsettled:
-                continue
-            selection = self._decide(contenders, any_parsed)
+        for qid, (contenders, any_parsed) in undecided.items():
+            selection = decide(contenders, any_parsed, self.rules, preferences)
             query = by_id[qid]
             template = draw_template(self.seed, query.trajectory_id, query.turn_index).template_id if selection.kept else None
             rows.append([
@@ -293,18 +310,18 @@ class RejectionSampler:
     def _candidate_ids(self, query_ids: list[str]) -> list[str]:
         return [candidate_id(qid, g.label, k) for qid in query_ids for g in self.generators for k in range(g.samples)]
 
-    def _decide(self, contenders: list[Contender], any_parsed: bool) -> Selection:
-        if len(contenders) < 2:
-            return decide(contenders, any_parsed, self.min_score)
-        first, second = ranked(contenders)[:2]
-        winners = {}
-        for a, b in ((first, second), (second, first)):
-            rows = self.store.rows(
-                "SELECT winner FROM judgements WHERE judgement_id = ?",
-                [judgement_id("pairwise", self.judge_label, a.candidate_id, b.candidate_id)],
-            )
-            winners[(a.candidate_id, b.candidate_id)] = rows[0]["winner"] if rows else None
-        return decide(
-            contenders, any_parsed, self.min_score,
-            winners[(first.candidate_id, second.candidate_id)], winners[(second.candidate_id, first.candidate_id)],
+    def _preferences(self, per_query: list[list[Contender]]) -> dict[tuple[str, str], str | None]:
+        """The stored pairwise answers over each query's pairings, as (A, B) -> winner (None: invalid)."""
+        if not self.rules.pairwise:
+            return {}
+        pairs = {
+            judgement_id("pairwise", self.judge_label, a.candidate_id, b.candidate_id): (a.candidate_id, b.candidate_id)
+            for contenders in per_query
+            for a, b in pairings(competitors(contenders, self.rules))
+        }
+        if not pairs:
+            return {}
+        rows = self.store.rows(
+            "SELECT judgement_id, winner FROM judgements WHERE judgement_id IN (SELECT unnest(?::VARCHAR[]))", [list(pairs)]
         )
+        return {pairs[row["judgement_id"]]: row["winner"] for row in rows}
