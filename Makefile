@@ -36,6 +36,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/sampling.py
 	$(BIN)/python bench/gpu_train.py --shape tiny --steps 12 --warmup-steps 2 --micro-batch-rows 4 --compare-padded
+	$(BIN)/python bench/serving.py --requests 64
+	$(BIN)/python bench/cpu_training_step.py
 
 clean-demo:
 	rm -rf simulacra-workspace

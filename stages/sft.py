@@ -440,6 +440,8 @@ def _summary(metrics: dict[str, Any]) -> str:
     judged = ""
     if metrics.get("heldout_score_before") is not None:
         judged = f"; held-out judge score {metrics['heldout_score_before']:.2f} -> {metrics['heldout_score_after']:.2f}"
+        if metrics.get("heldout_parse_rate_after") is not None:
+            judged += f", thinking answers parsed {metrics['heldout_parse_rate_after']:.0%}"
     return (
         f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%}), "
         f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}{judged}"

@@ -148,6 +148,9 @@ def heldout_metrics(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "heldout_score_after": scores["after"]["mean_score"],
         "heldout_usable_before": scores["before"]["usable_predictions"],
         "heldout_usable_after": scores["after"]["usable_predictions"],
+        # Answers that parsed in the model's format (a thinking block closed, then the observation).
+        **{f"heldout_parse_rate_{name}": (scores[name]["usable_predictions"] / scores[name]["queries"]
+                                          if scores[name]["queries"] else None) for name in ("before", "after")},
     }
 
 
