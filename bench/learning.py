@@ -21,11 +21,6 @@ training window (demo: 2048 tokens) and score the truncation, not the stage.
 The baselines, measured in the same run: every checkpoint's score is printed as a difference and a ratio
 to the base model's (what training added) and to the retrieval baseline's (what a nearest-neighbour copy
 of the cpt pool already gets). The table is printed at the end and written to `<workspace>.json`.
-
-Smoke test with the tiny offline model (a few minutes):
-    .venv/bin/python bench/learning.py --data data/demo/terminal.jsonl --workspace /tmp/learning-smoke \\
-        --set model.base=null --set cpt.max_steps=2 --set sft.max_queries=4 --set sft.max_steps=2 \\
-        --set rl.max_steps=1 --set rl.save_steps=1 --set rl.max_prompts=4
 """
 
 import argparse
