@@ -259,7 +259,8 @@ def train(config, plan: Plan) -> None:
         judge.client.check_failures()  # a judge that failed past max_failed_fraction fails the stage
     if not outcome.is_main_process:
         return
-    if (reason := learned_nothing_reason(outcome)) is not None:
+    reason = learned_nothing_reason(outcome)
+    if reason is not None and rl.fail_when_nothing_learned:
         # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
         raise RLLearnedNothing(f"rl: {reason}")
     heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after")
@@ -278,6 +279,7 @@ def train(config, plan: Plan) -> None:
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
         "global_step": outcome.global_step,
         "parameters_changed": outcome.parameters_changed,
+        "learned_nothing": reason,
         "first_step_this_run": outcome.first_step_this_run,
         "resumed_from_step": outcome.resumed_from_step,
         "reward_plot": str(plan.output_dir / REWARDS_PLOT),

@@ -61,7 +61,7 @@ def prepared(tmp_path_factory) -> Path:
 
 def _config(root: Path, fail: bool = True, **evaluate):
     settings = {"max_queries": 6, "batch_queries": 4, "max_length": 1024, "max_history_chars": 2000,
-                "predictor": {"max_tokens": 8, "batch_size": 6, "temperature": 0.0}, **evaluate}
+                "predictor": {"max_tokens": 640, "batch_size": 6, "temperature": 0.0}, **evaluate}
     return load_config(None, [{"workspace": {"path": str(root / "workspace")}, "model": {"base": str(root / "base-model")},
                                "orchestration": {"fail_stage": "evaluate" if fail else None}, "evaluate": settings}])
 
@@ -109,7 +109,7 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
     # The tiny random model never writes a <think> block: every thinking-format answer is unparsed, scored
     # as the empty observation by the same judge (not a floor), and has no trained context for teacher forcing.
     assert {row[2] for row in rows if row[0] == "sft"} == {"missing_think"} and overall["sft"]["parse_rate"] == 0.0
-    assert overall["sft"]["score"] > 0 and overall["sft"]["observation_ce"] is None and overall["sft"]["ce_rows"] == 0
+    assert overall["sft"]["judged"] == 6 and overall["sft"]["observation_ce"] is None and overall["sft"]["ce_rows"] == 0
     for model in ("base", "cpt"):
         assert overall[model]["parse_rate"] == 1.0  # a query too long for max_length has no CE: counted apart
         assert overall[model]["ce_rows"] == sum(1 for row in rows if row[0] == model and row[4] is not None) > 0
@@ -172,7 +172,7 @@ def test_benchmark_rows_are_scored_as_the_benchmark_defines_them(prepared):
     with OpenAIServer(answer=benchmark_answer) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout_s": 30}
         config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None, exclude_empty_generations=True,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 64})
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 640})
         with Store(config.workspace.database_path) as store:
             trajectories = store.scalar("SELECT count(*) FROM trajectories")
             result = evaluate.run(config, store, checkpoints=["world-model"], data=[str(bench)])
@@ -227,7 +227,7 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
     with OpenAIServer(answer=scripted) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "concurrency": 2, "max_retries": 0, "timeout_s": 30}
         config = _config(root, baseline_history_turns=None,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 64},
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
                          judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0}})
         folders = [str(root / "base-model"), str(prepared / "sft-model")]  # the copy's store registers prepared's folders
         with Store(config.workspace.database_path) as store:
@@ -273,7 +273,7 @@ def test_a_judge_request_that_failed_is_asked_again_by_the_next_run(prepared):
     with OpenAIServer(answer=scripted) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "concurrency": 1, "max_retries": 0, "timeout_s": 30}
         config = _config(root, fail=False, baseline_history_turns=None,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 64},
+                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
                          judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0,
                                                             "max_failed_fraction": 0.5}})
         folders = [str(root / "base-model")]

@@ -95,7 +95,7 @@ def write_config(root: Path, base_url: str) -> Path:
         "cpt": {"max_length": 512, "eval_max_sequences": 4},
         "sft": {
             "generators": [
-                {"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "seed": 0, "max_tokens": 64}},
+                {"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "seed": 0, "max_tokens": 640}},
                 {"kind": "retrieval", "samples": 1},
             ],
             "judge": {"kind": "llm", "endpoint": {**endpoint, "temperature": 0.0}},
@@ -104,7 +104,7 @@ def write_config(root: Path, base_url: str) -> Path:
             "max_queries": 9,
             "batch_queries": 3,
             "eval_queries": 2,
-            "eval_max_tokens": 8,
+            "eval_max_tokens": 1024,
             "max_length": 1024,
             "max_steps": 2,
             "save_steps": 1,
@@ -231,13 +231,13 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
         "sft": {
             "generators": [
                 {"kind": "retrieval", "samples": 2},
-                {"kind": "endpoint", "samples": 1, "endpoint": {"backend": "transformers", "max_tokens": 12, "seed": 0}},
+                {"kind": "endpoint", "samples": 1, "endpoint": {"backend": "transformers", "max_tokens": 640, "seed": 0}},
             ],
             "judge": {"kind": "semantic"},
             "base_model": str(root / "base-model"),
             "max_queries": 16,
             "eval_queries": 2,
-            "eval_max_tokens": 8,
+            "eval_max_tokens": 1024,
             "max_length": 4096,  # the tiny tokenizer (trained on shell text) spends many tokens on tool lists
             "max_steps": 2,
             "save_steps": 1,

@@ -184,6 +184,14 @@ class RLConfig(Section):
     max_steps: int = Field(default=200, ge=1, description="Optimizer steps.")
     save_steps: int = Field(default=25, ge=1, description="Checkpoint every this many steps (the resume point).")
     seed: int = Field(default=0, description="Seed of the prompt choice, the control instructions and training.")
+    fail_when_nothing_learned: bool = Field(
+        default=True,
+        description="A run in which no weight changed (every step's gradient norm 0, or the checkpoint equal to its "
+        "start) fails the stage with the reason instead of completing (issue 16.4). Off only to exercise the "
+        "machinery where learning is impossible by construction (a random model that never writes the thinking "
+        "format, as in the project's resume tests): the stage then completes and its metrics carry "
+        "`learned_nothing` with the reason.",
+    )
     # --- GPU workers ------------------------------------------------------------------------------
     gpu: GPUWorkersConfig = Field(default_factory=GPUWorkersConfig, description="vLLM generation, memory savers.")
     # --- held-out evaluation ---------------------------------------------------------------------

@@ -44,6 +44,8 @@ class Store:
         return self._connection
 
     def _open(self) -> duckdb.DuckDBPyConnection:
+        if str(self.path) == ":memory:":  # DuckDB's in-memory database: no file, nothing to keep private
+            return duckdb.connect(":memory:")
         if self.read_only and not self.path.is_file():
             raise UserFixableError(f"no store at {self.path}: run `simulacra ingest` first (or check `workspace.path`)")
         if not self.read_only:
