@@ -185,6 +185,7 @@ def _summary(metrics: dict[str, Any]) -> str:
         f"held-out judge score {number(metrics['heldout_score_before'])} -> {number(metrics['heldout_score_after'])}"
         + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
            f"{number(metrics['heldout_control_following_after'])}" if "heldout_control_following_before" in metrics else "")
+        + (f"; LEARNED NOTHING: {metrics['learned_nothing']}" if metrics.get("learned_nothing") else "")
     )
 
 
