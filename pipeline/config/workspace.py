@@ -21,7 +21,9 @@ def make_private(folder: Path) -> Path:
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     for path in reversed(missing):
         path.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)  # exist_ok: another process may race us
-    if folder.stat().st_mode & 0o077:
+    # Never a source checkout (a workspace or Prefect home placed at a repository's root): its modes are the
+    # user's, and closing it locks other users out of the code (the sandbox's unprivileged test did).
+    if folder.stat().st_mode & 0o077 and not (folder / ".git").exists():
         folder.chmod(PRIVATE_FOLDER)
     return folder
 
