@@ -15,6 +15,11 @@ def scorer():
 CHATTY_WC = ("wc -c field-notes.txt\n\nThis is a Bash command that counts the bytes in the file field-notes.txt "
              "and prints the count followed by the file name.")
 
+TAKE, TAKEN = "take keychain 1 from drawer 3", "You pick up the keychain 1 from the drawer 3."
+TAKEN_SWAPPED = "You pick up the keychain 3 from the drawer 1."
+MOVE, MOVE_FAILED = "mv a.txt b.txt", "mv: cannot move 'a.txt' to 'b.txt': No such file or directory"
+MOVE_FAILED_SWAPPED = "mv: cannot move 'b.txt' to 'a.txt': No such file or directory"
+
 # (domain, action, reference, [terse correct, terse wrong by one, chatty restatement, empty or whitespace])
 RANKED = [
     ("terminal", "wc -c field-notes.txt", "169 field-notes.txt",
@@ -39,6 +44,11 @@ RANKED = [
      ["You are in the kitchen. A brass lamp lies on the table. Exits: south, east.",
       "You are in the kitchen. A brass lamp lies on the table. Exits: south, west.",
       "You go north. Going north takes you to the north of where you were, moving in the north direction.", " "]),
+    # wrong by one here is the action's own arguments bound the other way round
+    ("text-game", TAKE, TAKEN, [TAKEN, TAKEN_SWAPPED,
+     "You take keychain 1 from drawer 3. The take command moves keychain 1 from drawer 3 into your inventory.", ""]),
+    ("terminal", MOVE, MOVE_FAILED, [MOVE_FAILED, MOVE_FAILED_SWAPPED,
+     "mv a.txt b.txt renames the file a.txt to b.txt, replacing b.txt if it exists.", " "]),
 ]
 
 
@@ -144,6 +154,16 @@ EVERY_VALUE_WRONG = '{"book_id": "B18", "title": "Emma", "author": "Austen", "co
          "JSON: one supplied value of four wrong (the echoed book_id weighs a quarter)"),
         (CALL, EVERY_VALUE_WRONG, BOOK, 0.0, "JSON: the right keys with every value wrong agree on nothing"),
         (CALL, "The book B17 is Dune by Herbert, 3 copies, available.", BOOK, 0.0, "prose where the environment answers JSON"),
+        (TAKE, TAKEN.rstrip("."), TAKEN, 1.0, "the action's tokens in the reference's roles"),
+        (TAKE, TAKEN_SWAPPED, TAKEN, pytest.approx(2 / 3),
+         "the object's and the receptacle's numbers swapped: 2 of the 6 pairs of action tokens agree"),
+        (TAKE, "You pick up the apple 1 from the drawer 3.", TAKEN, pytest.approx(10 / 11 * (0.5 + 0.5 * 8 / 11)),
+         "another object: an extra token of the environment's, one pair of action tokens fewer"),
+        (TAKE, TAKE, TAKEN, 0.0, "an echo of the action: its tokens in the right order, nothing the environment adds"),
+        (MOVE, MOVE_FAILED_SWAPPED, MOVE_FAILED, pytest.approx(0.625), "the files named in each other's roles"),
+        ("cp notes.txt backup/notes.txt", "cp: cannot stat 'backup/notes.txt': No such file or directory",
+         "cp: cannot stat 'notes.txt': No such file or directory", pytest.approx(2 / 3), "the target named as the source"),
+        ("echo a b", "b a", "a b", 0.5, "an echo is all content, and its order is part of it"),
     ],
 )
 def test_deterministic_agreement(action, prediction, reference, expected, why):

