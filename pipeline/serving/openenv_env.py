@@ -130,6 +130,7 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
         return WorldModelObservation(text=initial, reason="the episode starts")
 
     def step(self, action: WorldModelAction, timeout_s: float | None = None, **kwargs: Any) -> WorldModelObservation:
+        # `timeout_s` (OpenEnv's HTTP step only): the world-model client's own timeout and retries bound a step.
         if self._episode is None:
             raise EpisodeError("no episode: reset first. Over HTTP every request gets a fresh environment; an "
                                "episode lives in a WebSocket session (/ws, OpenEnv's EnvClient)", status=409)
