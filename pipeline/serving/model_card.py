@@ -195,7 +195,8 @@ def render_card(facts: CardFacts) -> str:
         "- Serve it with `simulacra serve DIR` (CPU, or vLLM on GPUs with `--engine vllm`) or "
         f"`vllm serve DIR --max-model-len {facts.context_length}`; drive it with "
         "`pipeline.serving.environment.WorldModelEnvironment` or the gymnasium / TRL environments of "
-        "`pipeline.serving`.\n",
+        "`pipeline.serving`, or serve it to OpenEnv clients with `simulacra openenv --world-model URL --domain D` "
+        "(the `openenv` extra).\n",
         "### Example request\n",
         "A complete `POST /v1/chat/completions` body for any server that applies the exported chat template: the "
         "system prompt's parts as system messages named for them (`domain`, `task_description`, `action_space`, "
