@@ -34,16 +34,3 @@ def test_parse(why, text, status, thinking, prediction):
 def test_rendered_target_parses_back(observation):
     parsed = parse_candidate(render_thinking_output("because", observation))
     assert (parsed.status, parsed.thinking, parsed.prediction) == ("ok", "because", observation)
-
-
-@pytest.mark.parametrize(("thinking", "leaked"), [
-    ("cat prints the file; it holds two lines", False),
-    ("The real response shows two lines", True),
-    ("between the markers the output is", True),
-    ("<real_response> says so", True),
-])
-def test_a_hinted_thinking_that_names_the_hint_is_rejected(thinking, leaked):
-    text = render_thinking_output(thinking, "two\nlines")
-    assert parse_candidate(text, hinted=True).status == ("hint_leaked" if leaked else "ok")
-    # An unaided generator may say anything: the same words are only a hint's trace when a hint was given.
-    assert parse_candidate(text).status == "ok"

@@ -7,8 +7,8 @@ import re
 
 from openai_server import OpenAIServer
 
-from pipeline.config.sft import GeneratorConfig, JudgeConfig
-from pipeline.sft.generators import build_generators, build_judge, generator_label, judge_label
+from pipeline.config.sft import JudgeConfig
+from pipeline.sft.generators import build_judge, judge_label
 from pipeline.sft.queries import Query
 from pipeline.sft.sampling import GeneratedText, Generator, RejectionSampler
 from pipeline.store.database import Store
@@ -116,51 +116,3 @@ def test_the_thinking_check_is_part_of_the_selection_key(tmp_path):
             for threshold in (None, 0.5, 0.6)
         }
     assert len(keys) == 3
-
-
-def test_a_rationalizing_generator_is_shown_the_real_observation_and_judged_on_its_own_prediction(tmp_path):
-    """Rationalization (STaR) over real HTTP: the hinted generator's prompt ends with the reference, the
-    unaided one's never holds it; a hinted thinking that cites the hint is rejected; both are judged alike."""
-    prompts = []
-
-    def answer(request: dict) -> str:
-        system = request["messages"][0]["content"]
-        prompts.append(system)
-        if "<real_response>" not in system:
-            return "<think>\nls lists the folder.\n</think>\n\nwrong.txt"
-        if request["messages"][-1]["content"] == "ls leaky":
-            return "<think>\nThe real response says it.\n</think>\n\nnotes.txt"
-        return "<think>\nls lists the one file the history created.\n</think>\n\nnotes.txt"
-
-    queries = [query("ls docs", "notes.txt", "hinted-wins"), query("ls leaky", "notes.txt", "leaked")]
-    with OpenAIServer(answer=answer) as server, Store(tmp_path / "store.duckdb") as store:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "m", "max_retries": 0, "api_key_env": None}
-        configs = [GeneratorConfig(samples=1, endpoint=endpoint), GeneratorConfig(samples=1, endpoint=endpoint, rationalize=True)]
-        generators, _ = build_generators(configs, store, tmp_path, "unused", "pools")
-        judge_config = JudgeConfig(kind="semantic")
-        judge, _ = build_judge(judge_config, store)
-        RejectionSampler(store, generators, judge, judge_label(judge_config), min_score=3.0, min_agreement=0.5,
-                         seed=0, batch_queries=2).run(queries)
-        decided = selections(store)
-        statuses = dict(store.execute("SELECT generator || ':' || query_id, parse_status FROM sft_candidates").fetchall())
-    hinted = [p for p in prompts if "<real_response>\nnotes.txt\n</real_response>" in p]
-    assert len(prompts) == 4 and len(hinted) == 2
-    assert generators[1].label.endswith("+hint") and not generators[0].label.endswith("+hint")
-    assert sorted(statuses.values()) == ["hint_leaked", "ok", "ok", "ok"]
-    assert decided["hinted-wins"] == {"kept": True, "reason": "kept", "decided_by": "only_candidate", "winner": "notes.txt"}
-    # The leaky query's only right answer cited the hint: the unaided wrong one is all that competes.
-    assert decided["leaked"]["kept"] is False and decided["leaked"]["winner"] == "wrong.txt"
-
-
-def test_an_unaided_generator_keeps_its_label_when_a_rationalizing_one_joins():
-    plain, hinted = GeneratorConfig(), GeneratorConfig(rationalize=True)
-    assert generator_label(plain, "base", "p") != generator_label(hinted, "base", "p")
-    assert generator_label(plain, "base", "p") == generator_label(GeneratorConfig(), "base", "p")
-
-
-def test_only_a_model_rationalizes():
-    import pydantic
-    import pytest
-
-    with pytest.raises(pydantic.ValidationError, match="rationalize"):
-        GeneratorConfig(kind="retrieval", rationalize=True)

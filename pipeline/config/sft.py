@@ -42,18 +42,6 @@ class GeneratorConfig(Section):
         "sentences. None: the model writes freely (and must open and close the block itself). Ignored by the "
         "openai backend, whose reasoning models write their own thinking.",
     )
-    rationalize: bool = Field(
-        default=False,
-        description="kind `endpoint`: rationalization (STaR, Zelikman et al. 2022). The prompt also holds the real "
-        "observation, and the model writes the thinking that arrives at it, then the observation. For a small "
-        "local generator (the demo's CPT checkpoint) that rarely predicts a turn right unaided, so that rejection "
-        "sampling discards nearly every query and SFT has too few samples to learn the thinking format from. Its "
-        "candidates are judged and selected like any other (their own prediction against the reference, both "
-        "gates); one whose thinking mentions the hint is rejected (`hint_leaked`), so the taught thinking reads "
-        "as if unaided. A separate generator with its own label: give it beside an unaided one, and the "
-        "candidates' `generator` column says which thinking was hinted. Off for a reasoning-model endpoint, "
-        "which should be judged on what it predicts alone (SPEC).",
-    )
     history_turns: int = Field(
         default=2,
         ge=0,
@@ -61,13 +49,6 @@ class GeneratorConfig(Section):
         "action decides most of an observation; one or two turns of context tell `cat x` after an edit from "
         "`cat x` before it, while more dilute the action's words.",
     )
-
-
-    @model_validator(mode="after")
-    def _rationalize_needs_a_model(self) -> "GeneratorConfig":
-        if self.rationalize and self.kind != "endpoint":
-            raise ValueError("rationalize: only a model generator (kind `endpoint`) writes thinking from a hint")
-        return self
 
 
 class JudgeConfig(Section):

@@ -107,7 +107,7 @@ def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         # The held-out CE is measured on CPT's eval windows: these settings shape them.
         "eval_windows": f"{config.cpt.max_length}:{config.cpt.eval_max_sequences}:{config.cpt.seed}",
         # Prompts and rubrics are data files, not modules: the code digest does not see them.
-        "prompts": generator_prompt_digest(any(g.rationalize for g in config.sft.generators)) + judge_files_digest(),
+        "prompts": generator_prompt_digest() + judge_files_digest(),
     }
 
 

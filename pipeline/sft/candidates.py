@@ -12,10 +12,7 @@ Rules, in order (the first that fails is the status):
 - `missing_think`: the text does not begin with `<think>` (leading whitespace allowed);
 - `unclosed_think`: no `</think>`;
 - `extra_think_tag`: more than one `<think>` or `</think>` (a nested or repeated block);
-- `empty_thinking`: nothing but whitespace between the tags;
-- `hint_leaked` (a rationalizing generator's candidate, whose prompt held the real observation):
-  the thinking names the hint (its markers, or "real response"); trained on, it would teach the
-  model to cite an answer it is never shown.
+- `empty_thinking`: nothing but whitespace between the tags.
 The prediction is everything after `</think>` less the blank line that separates it (up to two
 newlines): leading spaces and trailing text are kept, since a terminal's output starts and ends
 where it does. It may be empty: `mkdir x` prints nothing, and a simulator must be able to say so.
@@ -29,8 +26,6 @@ from pipeline.llm.credentials import REDACTED
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 PARSED = "ok"
-# What betrays a hinted thinking (data/prompts/sft_rationalization.md names the hint so).
-HINT_MARKERS = ("real_response", "real response", "marker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +39,7 @@ class ParsedCandidate:
         return self.status == PARSED
 
 
-def mentions_hint(thinking: str) -> bool:
-    lowered = thinking.lower()
-    return any(marker in lowered for marker in HINT_MARKERS)
-
-
-def parse_candidate(text: str | None, hinted: bool = False) -> ParsedCandidate:
+def parse_candidate(text: str | None) -> ParsedCandidate:
     if text is None:
         return ParsedCandidate("generation_failed")
     if REDACTED in text:
@@ -64,8 +54,6 @@ def parse_candidate(text: str | None, hinted: bool = False) -> ParsedCandidate:
     thinking, _, rest = body[len(THINK_OPEN) :].partition(THINK_CLOSE)
     if not thinking.strip():
         return ParsedCandidate("empty_thinking")
-    if hinted and mentions_hint(thinking):
-        return ParsedCandidate("hint_leaked")
     for separator in ("\n\n", "\n"):
         if rest.startswith(separator):
             rest = rest[len(separator) :]

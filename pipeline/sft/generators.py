@@ -41,11 +41,8 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
         return f"retrieval#{digest(config.history_turns, pools)}"
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
-    shaping = (_output_shaping(endpoint), generator_prompt_digest(config.rationalize), thinking_budget(config))
-    # An unaided generator keeps its old label (and so its stored candidates).
-    hint = ("rationalize",) if config.rationalize else ()
-    label = f"{endpoint.backend}:{model}#{digest(*shaping, *hint)}"
-    return f"{label}+hint" if config.rationalize else label
+    shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
+    return f"{endpoint.backend}:{model}#{digest(*shaping)}"
 
 
 def judge_label(config: JudgeConfig) -> str:
@@ -75,13 +72,13 @@ def _retrieval(config: GeneratorConfig, snapshot_dir: Path):
     return generate
 
 
-def _endpoint(endpoint, budget: int | None, hinted: bool, store, role: str):
+def _endpoint(endpoint, budget: int | None, store, role: str):
     from pipeline.llm.client import ChatRequest, open_client
 
     client = open_client(endpoint, store, role)
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
-        requests = [ChatRequest(generator_messages(query, hinted), sample_index=k, thinking_budget=budget) for query, k in items]
+        requests = [ChatRequest(generator_messages(query), sample_index=k, thinking_budget=budget) for query, k in items]
         answers = client.complete_sync(requests)
         return [GeneratedText(a.text, a.error, a.prompt_tokens, a.completion_tokens) for a in answers]
 
@@ -98,9 +95,9 @@ def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, 
             generate = _retrieval(config, snapshot_dir)
         else:
             endpoint = resolved_endpoint(config.endpoint, base_ref)
-            generate, client = _endpoint(endpoint, thinking_budget(config), config.rationalize, store, f"sft.generator.{position}")
+            generate, client = _endpoint(endpoint, thinking_budget(config), store, f"sft.generator.{position}")
             clients.append(client)
-        generators.append(Generator(label, config.samples, order, generate, hinted=config.rationalize))
+        generators.append(Generator(label, config.samples, order, generate))
         order += config.samples
     labels = [g.label for g in generators]
     if len(set(labels)) != len(labels):

@@ -39,7 +39,6 @@ from pipeline.sft.queries import Query
 from pipeline.sft.selection import SELECTION_RULES, Contender, Rules, competitors, decide, pairings
 
 GENERATOR_PROMPT = "sft_generator"
-RATIONALIZATION_PROMPT = "sft_rationalization"  # the hint a rationalizing generator also gets
 FAILED_CANDIDATE = "parse_status = 'generation_failed'"
 FAILED_JUDGEMENT = "invalid_reason LIKE 'request failed:%'"  # pipeline/sft/judging.py's validate_*
 JUDGE_PROMPTS = ("sft_judge_pointwise", "sft_judge_pairwise")
@@ -66,27 +65,21 @@ class Generator:
     samples: int
     order_base: int  # candidate order of this generator's sample 0 among a query's candidates
     generate: Callable[[list[tuple[Query, int]]], list[GeneratedText]]
-    hinted: bool = False  # its prompt held the real observation (rationalization): its thinking must not say so
 
 
-def generator_messages(query: Query, hinted: bool = False) -> tuple[dict[str, str], ...]:
+def generator_messages(query: Query) -> tuple[dict[str, str], ...]:
     """The generator's prompt (data/prompts/sft_generator.md) around SFT template 0 (which asks for the
-    thinking format), then the kept history as user/assistant turns, then the action. `hinted`
-    (rationalization): the system prompt ends with the real observation (data/prompts/sft_rationalization.md)."""
+    thinking format), then the kept history as user/assistant turns, then the action."""
     environment = TEMPLATES[0].render(query.domain, query.system)
-    system = prompt_text(GENERATOR_PROMPT).replace("{environment}", environment)
-    if hinted:
-        system += "\n\n" + prompt_text(RATIONALIZATION_PROMPT).replace("{reference}", query.reference)
-    messages = [{"role": "system", "content": system}]
+    messages = [{"role": "system", "content": prompt_text(GENERATOR_PROMPT).replace("{environment}", environment)}]
     for turn in query.history:
         messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
     messages.append({"role": "user", "content": query.action})
     return tuple(messages)
 
 
-def generator_prompt_digest(hinted: bool = False) -> str:
-    names = [GENERATOR_PROMPT, RATIONALIZATION_PROMPT] if hinted else [GENERATOR_PROMPT]
-    return files_digest([PROMPTS_DIR / f"{name}.md" for name in names])
+def generator_prompt_digest() -> str:
+    return files_digest([PROMPTS_DIR / f"{GENERATOR_PROMPT}.md"])
 
 
 def judge_files_digest() -> str:
@@ -159,7 +152,7 @@ class RejectionSampler:
             rows = []
             now = datetime.now()
             for ((query, k), cid), generated in zip(todo, texts):
-                parsed = parse_candidate(generated.text, hinted=generator.hinted)
+                parsed = parse_candidate(generated.text)
                 rows.append([
                     cid, query.query_id, query.trajectory_id, query.turn_index, query.domain, generator.label, k,
                     generated.text, parsed.thinking, parsed.prediction, parsed.status, generated.error,
