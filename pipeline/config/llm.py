@@ -118,6 +118,14 @@ class EndpointConfig(Section):
         description="transformers: prompts per `generate` call (left-padded). Larger fills a GPU better; "
         "8 fits a small model on CPU.",
     )
+    stop_on_repetition: int | None = Field(
+        default=64,
+        ge=8,
+        description="transformers: end a row once its last this many generated tokens are one unit of at most a "
+        "quarter of them repeated (pipeline/llm/repetition.py). A small model that loops would otherwise write to "
+        "`max_tokens`, and hold its whole batch there. None: every row runs to its own end. Ignored by the openai "
+        "backend (the server decides).",
+    )
     device: str = Field(
         default="auto",
         description="transformers: torch device; `auto` is the first CUDA GPU when there is one, else CPU.",

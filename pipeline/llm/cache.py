@@ -28,12 +28,16 @@ from pipeline.store.database import Store
 
 
 def sampling_parameters(endpoint: EndpointConfig) -> dict[str, Any]:
-    return {
+    parameters = {
         "temperature": endpoint.temperature,
         "top_p": endpoint.top_p,
         "max_tokens": endpoint.max_tokens,
         "seed": endpoint.seed,
     }
+    # A local model's loop stop shapes its answers; only when on, so answers cached without it keep their keys.
+    if endpoint.backend == "transformers" and endpoint.stop_on_repetition is not None:
+        parameters["stop_on_repetition"] = endpoint.stop_on_repetition
+    return parameters
 
 
 def model_key(backend: str, model: str | None) -> str | None:

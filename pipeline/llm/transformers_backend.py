@@ -12,6 +12,9 @@ A request with a `thinking_budget` is answered with budget forcing (s1): the ans
 for it (`BudgetForcing`, a logits processor: one `generate`, no second prefill) and it writes the
 observation that follows its thinking.
 
+A row that loops (one short unit repeated, pipeline/llm/repetition.py) is ended there unless the
+endpoint's `stop_on_repetition` is None: one looping row would hold its batch to `max_tokens`.
+
 Seeds: `generate` samples from torch's global generator, one draw per row of the batch, so a row's
 sample depends on its batch mates (and left padding changes numerics slightly anyway). With `seed`
 set, each batch is seeded from the seed and its requests, so the same batch gives the same answers;
@@ -136,6 +139,13 @@ class TransformersBackend:
             forcing = BudgetForcing(tokenizer, batch["input_ids"].shape[1], budget, stops)
             sampling["logits_processor"] = LogitsProcessorList([forcing])
             max_new_tokens += budget + len(forcing.close_ids)
+        if self.endpoint.stop_on_repetition is not None:
+            from transformers import StoppingCriteriaList
+
+            from pipeline.llm.repetition import RepetitionStop
+
+            loop = RepetitionStop(batch["input_ids"].shape[1], self.endpoint.stop_on_repetition)
+            sampling["stopping_criteria"] = StoppingCriteriaList([loop])
         if self.endpoint.seed is not None:
             torch.manual_seed(batch_seed(self.endpoint.seed, requests))
         with torch.inference_mode():
@@ -150,8 +160,13 @@ class TransformersBackend:
         prompt_lengths = batch["attention_mask"].sum(dim=1).tolist()
         completions = []
         for row, prompt_length in zip(generated, prompt_lengths):
-            # Up to and including the first stop token; what follows is padding of finished rows.
-            end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
+            # Up to and including the first stop token; what follows is padding of finished rows. A row
+            # ended by the loop stop has no stop token: its padding is what follows its last real token.
+            end = next((i + 1 for i, token in enumerate(row) if token in stops), None)
+            if end is None:
+                end = len(row)
+                while end > 0 and row[end - 1] == tokenizer.pad_token_id:
+                    end -= 1
             text = prefix + tokenizer.decode(row[:end], skip_special_tokens=True)
             completions.append(Completion(text=text, prompt_tokens=int(prompt_length), completion_tokens=end))
         return completions
