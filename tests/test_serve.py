@@ -15,6 +15,7 @@ tiny checkpoint, driven by the `openai` client, by raw HTTP for bad requests, an
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -553,15 +554,25 @@ def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
     assert trainer.environments[0]._seed != trainer.environments[1]._seed  # a GRPO group samples, not repeats
 
 
-def test_vllm_command_carries_what_the_export_recorded(folder):
-    """`simulacra serve --engine vllm` (vLLM is not installed here: the command is what is tested)."""
+@pytest.mark.parametrize("think_tokens, parser", [(False, {}), (True, {"--reasoning-parser": "qwen3"})])
+def test_vllm_command_carries_what_the_export_recorded(folder, tmp_path, think_tokens, parser):
+    """`simulacra serve --engine vllm`'s command (tests/test_vllm_serve.py runs it where vLLM and a GPU are).
+    vLLM's qwen3 reasoning parser refuses a tokenizer without `<think>`/`</think>` tokens (the tiny one has
+    none; Qwen3's has both): the parser is passed only where they are."""
     from pipeline.serving.vllm_engine import vllm_command
 
+    if think_tokens:  # the tiny export, its tokenizer given the two tokens as Qwen3's has them
+        folder = Path(shutil.copytree(folder, tmp_path / "export"))
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        tokenizer["added_tokens"] += [{"id": 1000 + i, "content": token, "single_word": False, "lstrip": False,
+                                       "rstrip": False, "normalized": False, "special": False}
+                                      for i, token in enumerate(("<think>", "</think>"))]
+        (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     command = vllm_command(folder, "0.0.0.0", 9000, ["--tensor-parallel-size", "2"])
     assert command[:3] == ["vllm", "serve", str(folder)]
     options = dict(zip(command[3::2], command[4::2]))
     assert options == {"--served-model-name": "world-model-test", "--host": "0.0.0.0", "--port": "9000",
-                       "--max-model-len": "512", "--generation-config": str(folder), "--reasoning-parser": "qwen3",
+                       "--max-model-len": "512", "--generation-config": str(folder), **parser,
                        "--tensor-parallel-size": "2"}
 
 
