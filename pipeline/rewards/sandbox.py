@@ -50,6 +50,7 @@ UID_RANGE = (2_000_000_000, 2_000_000_000 + 2**24)
 STDIN_BYTES = 4096  # a job's stdin is written whole into a pipe before the program starts
 REPORT_BYTES = 64 * 1024  # a program's report beyond this is cut (a verdict is a short JSON line)
 OUTPUT_BYTES = 4 * 1024  # stdout + stderr kept for diagnosis; the rest is read and dropped
+NAMESPACE_END_S = 10.0  # how long the host waits for a killed sandbox's namespace to be gone
 KILL_GRACE_S = 2.0  # after the timeout's SIGTERM, how long to wait for the launcher before SIGKILL
 
 Status = Literal["exited", "signalled", "timeout", "refused", "setup_failed"]
@@ -162,6 +163,7 @@ def _launch(request: bytes, wall_timeout_s: float) -> _Streams:
         if process.poll() is None:
             _kill(process)
         process.wait()
+        _await_namespace_end(process.pid)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -177,6 +179,23 @@ def _kill(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)  # the launcher and PID 1; the namespace dies with PID 1
     except ProcessLookupError:
         pass
+
+
+def _await_namespace_end(group: int) -> None:
+    """Return only once nothing of the sandbox's process group is left. Reaping the launcher is not
+    enough after a kill: the namespace's PID 1 (the launcher's child, in its group) is reparented to
+    the host's init and ends only when the kernel has killed and reaped every process of the
+    namespace, which under load took seconds after the launcher was gone. Bounded: a process stuck
+    in the kernel must not hold training."""
+    deadline = time.monotonic() + NAMESPACE_END_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:  # the group's processes are another uid's now: still there
+            pass
+        time.sleep(0.01)
 
 
 def _collect(
