@@ -232,6 +232,8 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     try:
         staged = jsonl_sql.stage(store.connection, chunk, source.domain, cfg.max_action_chars, cfg.max_observation_chars)
         batch.staged, routed = staged.rows, staged.routed
+    except duckdb.InterruptException:
+        raise  # ctrl-C reached DuckDB mid-query: a duckdb.Error too, but not a refusal to route around
     except duckdb.Error:
         # DuckDB refused something (a construct its reader rejects): this chunk goes the Python way.
         jsonl_sql.drop_staged(store.connection)

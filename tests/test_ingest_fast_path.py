@@ -272,6 +272,22 @@ def test_a_chunk_duckdb_refuses_goes_through_the_python_adapter(tmp_path, monkey
     assert len(routed) == 6
 
 
+def test_ctrl_c_inside_duckdb_is_not_taken_for_a_refusal(tmp_path, monkeypatch):
+    # DuckDB raises InterruptException, a duckdb.Error, when ctrl-C arrives mid-query: routing the
+    # chunk to the Python adapter would swallow the interrupt and ingest the whole file.
+    path = write_lines(tmp_path / "interrupted.jsonl", [line(task=f"t{n}") for n in range(5)])
+
+    def interrupted(*args, **kwargs):
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    monkeypatch.setattr(jsonl_sql, "stage", interrupted)
+    config = load_config(None, [{"workspace": {"path": str(tmp_path / "ws")}, "ingest": {"batch_trajectories": 4}}])
+    with Store(config.workspace.database_path) as store:
+        with pytest.raises(duckdb.InterruptException):
+            ingest.run(config, store, paths=[str(path)])
+        assert store.scalar("SELECT count(*) FROM trajectories") == 0
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_line_chunks_split_as_iterating_the_file_does(tmp_path, seed):
     """Blank and whitespace lines are skipped but counted, CR stays in the line, the last line

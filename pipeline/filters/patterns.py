@@ -65,6 +65,8 @@ def compiles_in_re2(screen: str) -> bool:
     try:
         with duckdb.connect() as con:
             con.execute("SELECT regexp_matches('', ?)", [screen]).fetchall()
+    except duckdb.InterruptException:
+        raise
     except duckdb.Error:
         return False
     return True
