@@ -16,8 +16,7 @@ already says the stage is done (`refresh_cache` otherwise): the store decides, n
 """
 
 import importlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -25,9 +24,10 @@ from prefect import get_run_logger, task
 from pydantic import Field
 
 from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
+from flows.concurrency import gpu_slot
 from pipeline.store import stage_runs
 from pipeline.config import SimulacraConfig, load_config, parse_override
-from pipeline.config.orchestration import GPU_POOL_STAGES, GPU_STAGES, STAGE_ORDER
+from pipeline.config.orchestration import GPU_POOL_STAGES, STAGE_ORDER
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
 from pipeline.store.database import open_store
@@ -96,26 +96,6 @@ def resolve_config(
 def stage_runner(stage: str):
     """`stages.<stage>.run`: stage modules are imported when their stage runs, not at flow import."""
     return importlib.import_module(f"stages.{stage}").run
-
-
-def connected_to_server() -> bool:
-    from prefect.settings import get_current_settings
-
-    return get_current_settings().api.url is not None
-
-
-@contextmanager
-def gpu_slot(config: SimulacraConfig, stage: str) -> Iterator[None]:
-    """One slot of the global `gpu` concurrency limit while a GPU stage runs (a team's server only:
-    the temporary local server of `simulacra run` serves one run, and has no such limit)."""
-    limit = config.orchestration.gpu_concurrency_limit
-    if stage not in GPU_STAGES or limit is None or not connected_to_server():
-        yield
-        return
-    from prefect.concurrency.sync import concurrency
-
-    with concurrency(limit, occupy=1):
-        yield
 
 
 def on_gpu_pool(config: SimulacraConfig, stage: str) -> bool:

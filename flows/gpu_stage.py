@@ -30,7 +30,7 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 
 from flows.artifacts import stage_progress
-from flows.dag import connected_to_server, gpu_slot
+from flows.concurrency import connected_to_server, gpu_slot
 from pipeline.config import SimulacraConfig
 from pipeline.config.orchestration import GPU_POOL_STAGES
 from pipeline.stage import StageResult
