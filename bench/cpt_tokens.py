@@ -27,8 +27,9 @@ from pipeline.formats import detect  # noqa: E402
 from pipeline.formats.base import Document, iter_documents  # noqa: E402
 from pipeline.prompts.cpt import render_cpt_system_prompt  # noqa: E402
 from pipeline.store.schema import RecordError, Trajectory  # noqa: E402
-from pipeline.training.sequences import IGNORE_INDEX, PadCollator, ScoredTurn, SequenceBuilder, TokenSequence  # noqa: E402
-from pipeline.store.sources import expand  # noqa: E402
+from pipeline.store.schema import ScoredTurn  # noqa: E402
+from pipeline.training.sequences import IGNORE_INDEX, PadCollator, SequenceBuilder, TokenSequence  # noqa: E402
+from pipeline.formats.sources import expand  # noqa: E402
 from pipeline.training.tiny_model import build_tiny_model  # noqa: E402
 
 

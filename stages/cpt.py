@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserFixableError
+from pipeline.informativeness import SCORER_VERSION
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.training import trainer as shared_trainer
 from pipeline.training.models import base_model_ref, ensure_base_model
@@ -115,7 +116,7 @@ def _ensure_base_model(config, snapshot: Path, base_ref: str) -> None:
 
 
 def _plan(config, store) -> Plan:
-    require_scores(store, "cpt", config.section_hash("score"))
+    require_scores(store, "cpt", config.section_hash("score"), SCORER_VERSION)
     if pool_size(store, "cpt") == 0:
         raise UserFixableError("pool 'cpt' holds no trajectory: run `simulacra split` first")
     # The snapshot depends on the pools alone, so it can exist before the model (the tiny model's

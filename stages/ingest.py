@@ -30,7 +30,7 @@ from pipeline.formats.file_encoding import sniff
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.progress import progress_bar
 from pipeline.store.schema import RecordError, Trajectory, check_limits
-from pipeline.store.sources import Input, NotRead, expand
+from pipeline.formats.sources import Input, NotRead, expand
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 

@@ -18,7 +18,7 @@ from pipeline.formats import detect
 from pipeline.formats.base import Malformed, iter_documents
 from pipeline.formats.simulacra_jsonl import Adapter
 from pipeline.store.schema import RecordError
-from pipeline.store.sources import expand
+from pipeline.formats.sources import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILDER = ROOT / "data" / "build_demo_corpus.py"

@@ -352,7 +352,7 @@ def test_a_literal_end_token_inside_content_is_text_as_in_training(exported):
     from transformers import AutoTokenizer
 
     from pipeline.serving.chatml import PromptTokens
-    from pipeline.training.sequences import ScoredTurn
+    from pipeline.store.schema import ScoredTurn
 
     _, result, _, _ = exported
     tokenizer = AutoTokenizer.from_pretrained(result.output_path)
@@ -405,7 +405,7 @@ def test_the_cards_example_renders_the_training_tokens(exported):
     from transformers import AutoTokenizer
 
     from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM
-    from pipeline.training.sequences import ScoredTurn
+    from pipeline.store.schema import ScoredTurn
 
     _, result, _, _ = exported
     card = (result.output_path / "README.md").read_text()

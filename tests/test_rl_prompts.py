@@ -8,7 +8,7 @@ from pipeline.prompts.sft import TEMPLATES
 from pipeline.rl.controls import CONTROLS, KINDS, draw_control
 from pipeline.rl.prompts import EchoTrap, select_targets
 from pipeline.store.schema import SystemPrompt
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn
 
 SYSTEM = SystemPrompt(task_description="Inspect the server.", action_space="bash", simulation_instructions="Be terse.")
 

@@ -4,7 +4,8 @@ import pytest
 
 from pipeline.sft.candidates import render_thinking_output
 from pipeline.sft.samples import sft_sequence
-from pipeline.training.sequences import IGNORE_INDEX, ScoredTurn, SequenceBuilder
+from pipeline.store.schema import ScoredTurn
+from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder
 from pipeline.training.tiny_model import IM_END
 
 

@@ -172,7 +172,8 @@ def test_vllm_renders_the_training_prompt_token_for_token(vllm_server, cpu_clien
 
     from pipeline.prompts.sft import TEMPLATES
     from pipeline.sft.samples import sft_sequence
-    from pipeline.training.sequences import ScoredTurn, SequenceBuilder
+    from pipeline.store.schema import ScoredTurn
+    from pipeline.training.sequences import SequenceBuilder
 
     response = httpx.post(vllm_server.removesuffix("/v1") + "/tokenize",
                           json={"model": MODEL, "messages": REQUEST["messages"], "add_generation_prompt": True})

@@ -24,7 +24,7 @@ from pathlib import Path
 from pipeline.errors import UserFixableError
 from pipeline.sft.queries import Query, kept_history
 from pipeline.store.schema import THOUGHT, RecordError, Trajectory
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn
 
 FAILURES_SHOWN = 5
 

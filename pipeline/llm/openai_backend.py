@@ -22,7 +22,7 @@ from pipeline.llm.cache import sampling_parameters
 from pipeline.llm.chat import ChatRequest, Completion
 from pipeline.llm.credentials import redact
 from pipeline.llm.retry import EndpointError
-from pipeline.sft.candidates import THINK_OPEN, render_thinking_output
+from pipeline.llm.thinking_format import THINK_OPEN, render_thinking_output
 
 RETRYABLE_STATUS = {408, 409, 429}
 

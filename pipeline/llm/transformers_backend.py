@@ -32,7 +32,7 @@ from typing import Any
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.chat import ChatRequest, Completion
 from pipeline.llm.retry import EndpointError
-from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN
+from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
 
 Send = Callable[[list[ChatRequest]], Awaitable[list[Completion]]]
 

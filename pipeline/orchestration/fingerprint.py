@@ -28,7 +28,7 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.store.content_digests import ContentDigests
-from pipeline.store.sources import expand
+from pipeline.formats.sources import expand
 from pipeline.store.database import Store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -57,16 +57,3 @@ def render_cpt_system_prompt(domain: str, system: SystemPrompt) -> str:
         if text and text.strip():
             sections.append((title, text.strip()))
     return "\n\n".join(f"# {title}\n{body}" for title, body in sections)
-
-
-def system_prompt_from_row(row: dict[str, Any]) -> SystemPrompt:
-    """A SystemPrompt from a `trajectories` row (or its Parquet snapshot), tools still JSON text."""
-    tools = row.get("tools")
-    return SystemPrompt(
-        task_description=row.get("task_description") or "",
-        action_space=row.get("action_space"),
-        tools=json.loads(tools) if isinstance(tools, str) and tools else (tools or []),
-        initial_state=row.get("initial_state"),
-        demonstrations=row.get("demonstrations"),
-        simulation_instructions=row.get("simulation_instructions"),
-    )

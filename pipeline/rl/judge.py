@@ -16,7 +16,7 @@ from pipeline.rl.prompts import RLPrompt
 from pipeline.sft.judging import PointwiseAnswer, Verdict, _context, _cut, _json_schema_format, validate_pointwise
 from pipeline.sft.queries import Query
 from pipeline.store.schema import SystemPrompt
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn
 
 
 def judge_query(prompt: RLPrompt) -> Query:

@@ -12,7 +12,7 @@ rewrite (a history observation loses its thinking) in Python, the same rule as t
 
 from collections.abc import Sequence
 
-from pipeline.sft.candidates import THINK_CLOSE
+from pipeline.llm.thinking_format import THINK_CLOSE
 
 
 def history_observation(content: str) -> str:

@@ -97,7 +97,7 @@ class WorldModelEnvironment:
         if self.max_history_chars is None:
             return list(self.history)
         from pipeline.sft.queries import kept_history
-        from pipeline.training.sequences import ScoredTurn
+        from pipeline.store.schema import ScoredTurn
 
         turns = [ScoredTurn(i, action, observation, "history", 1.0) for i, (action, observation) in enumerate(self.history)]
         kept, _ = kept_history(turns, self.max_history_chars)

@@ -11,7 +11,7 @@ are exactly what the same answer gets without streaming.
 from dataclasses import dataclass
 
 from pipeline.serving.thinking import split_thinking
-from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN
+from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
 
 
 @dataclass

@@ -10,7 +10,7 @@ output; an answer that does not open with `<think>` is all observation, a later 
 and a streamed answer can then be shown as it comes, pipeline/serving/streaming.py).
 """
 
-from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN
+from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
 
 
 def split_thinking(text: str) -> tuple[str | None, str]:

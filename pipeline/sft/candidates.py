@@ -22,10 +22,10 @@ The thinking is stripped of surrounding whitespace.
 from dataclasses import dataclass
 
 from pipeline.llm.credentials import REDACTED
+from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN, render_thinking_output
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 PARSED = "ok"
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ParsedCandidate", "parse_candidate", "render_thinking_output"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +59,3 @@ def parse_candidate(text: str | None) -> ParsedCandidate:
             rest = rest[len(separator) :]
             break
     return ParsedCandidate(PARSED, thinking.strip(), rest)
-
-
-def render_thinking_output(thinking: str, observation: str) -> str:
-    """The assistant output an SFT sample trains on (Qwen3's convention); `parse_candidate` reads it back."""
-    return f"{THINK_OPEN}\n{thinking}\n{THINK_CLOSE}\n\n{observation}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline.errors import UserFixableError
 from pipeline.store.schema import SystemPrompt
 from pipeline.store.snapshot import read_pool
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from pipeline.sft.candidates import render_thinking_output
 from pipeline.errors import UserFixableError
 from pipeline.sft.queries import Query
 from pipeline.store.snapshot import read_pool
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn
 
 HISTORY_CHARS = 500
 ACTION_EXCERPT_CHARS = 200

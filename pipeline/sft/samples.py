@@ -19,7 +19,8 @@ the target would teach the model to stop mid-observation.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.training.sequences import IGNORE_INDEX, ScoredTurn, SequenceBuilder, TokenSequence
+from pipeline.store.schema import ScoredTurn
+from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,3 +169,28 @@ def check_limits(trajectory: Trajectory, max_action_chars: int | None, max_obser
             raise RecordError(
                 f"turn {index}: observation of {len(turn.observation)} chars exceeds the cap of {max_observation_chars}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredTurn:
+    """A kept turn as training reads it: its text, its informativeness category and the share of its
+    observation tokens that carry loss (`keep_ratio`, SPEC.md's table)."""
+
+    turn_index: int
+    action: str
+    observation: str
+    category: str
+    keep_ratio: float
+
+
+def system_prompt_from_row(row: dict[str, Any]) -> SystemPrompt:
+    """A SystemPrompt from a `trajectories` row (or its Parquet snapshot), tools still JSON text."""
+    tools = row.get("tools")
+    return SystemPrompt(
+        task_description=row.get("task_description") or "",
+        action_space=row.get("action_space"),
+        tools=json.loads(tools) if isinstance(tools, str) and tools else (tools or []),
+        initial_state=row.get("initial_state"),
+        demonstrations=row.get("demonstrations"),
+        simulation_instructions=row.get("simulation_instructions"),
+    )

@@ -12,9 +12,7 @@ from pathlib import Path
 
 from pipeline.config.split import POOLS
 from pipeline.errors import UserFixableError
-from pipeline.prompts.cpt import system_prompt_from_row
-from pipeline.store.schema import SystemPrompt
-from pipeline.training.sequences import ScoredTurn
+from pipeline.store.schema import ScoredTurn, SystemPrompt, system_prompt_from_row
 
 TRAJECTORIES_FILE = "trajectories.parquet"
 TURNS_FILE = "turns.parquet"
@@ -58,14 +56,13 @@ def pools_fingerprint(store, pools: Sequence[str]) -> str:
     return store.table_fingerprint(relation, "pool, trajectory_id, turn_index, category, keep_ratio")
 
 
-def require_scores(store, pool: str, score_config_hash: str) -> None:
+def require_scores(store, pool: str, score_config_hash: str, scorer_version: str) -> None:
     """Every kept turn of `pool` has exactly one row in turn_scores, computed under the current `score`
-    section (`score_config_hash`, i.e. `config.section_hash("score")`) and scorer version; else a
+    section (`score_config_hash`, i.e. `config.section_hash("score")`) and `scorer_version` (the
+    informativeness scorer's SCORER_VERSION, passed in: the store knows no scorer); else a
     MissingScores naming a turn that has not and the fix. A row of an older config is stale: its keep
     ratio is not the one configured (issue 13: `--set score.keep_ratios.echo=0.9 cpt` trained on the
     old ratios)."""
-    from pipeline.informativeness import SCORER_VERSION
-
     per_turn = """SELECT u.trajectory_id, u.turn_index, count(c.trajectory_id) AS scores,
             count(*) FILTER (WHERE c.config_hash = $config_hash AND c.scorer_version = $scorer_version) AS current,
             any_value(c.config_hash || ', scorer ' || c.scorer_version) AS scored_under
@@ -85,7 +82,7 @@ def require_scores(store, pool: str, score_config_hash: str) -> None:
                    arg_min(trajectory_id || ' turn ' || turn_index || ': ' || scores || ' rows',
                            (trajectory_id, turn_index)) FILTER (WHERE scores > 1)
             FROM ({per_turn})""",
-        {"pool": pool, "config_hash": score_config_hash, "scorer_version": SCORER_VERSION},
+        {"pool": pool, "config_hash": score_config_hash, "scorer_version": scorer_version},
     ).fetchone()
     missing, missing_example, stale, stale_example, doubled, doubled_example = found
     if missing:
@@ -96,7 +93,7 @@ def require_scores(store, pool: str, score_config_hash: str) -> None:
     if stale:
         raise MissingScores(
             f"{stale} turn(s) of pool '{pool}' were scored under another `score` config or scorer version (e.g. "
-            f"trajectory {stale_example}; now config {score_config_hash}, scorer {SCORER_VERSION}): "
+            f"trajectory {stale_example}; now config {score_config_hash}, scorer {scorer_version}): "
             "run `simulacra score` to apply the current keep ratios"
         )
     if doubled:

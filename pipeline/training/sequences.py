@@ -58,20 +58,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.store.schema import ScoredTurn
 from pipeline.training.tiny_model import IM_END, IM_START
 
 IGNORE_INDEX = -100
 # Most of a window the system prompt may take; the rest is for turns.
 SYSTEM_SHARE = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredTurn:
-    turn_index: int
-    action: str
-    observation: str
-    category: str
-    keep_ratio: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import orjson
 from pipeline.errors import UserFixableError
 from pipeline.store.content_digests import ContentDigests
 from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
-from pipeline.store.sources import SKIPPED_NAMES
+from pipeline.formats.sources import SKIPPED_NAMES
 
 TEXT_SUFFIXES = {".txt", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
