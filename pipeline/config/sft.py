@@ -42,6 +42,15 @@ class GeneratorConfig(Section):
         "sentences. None: the model writes freely (and must open and close the block itself). Ignored by the "
         "openai backend, whose reasoning models write their own thinking.",
     )
+    rationale: bool = Field(
+        default=False,
+        description="kind `endpoint`: observation first, thinking second (pipeline/sft/rationale.py). The model "
+        "predicts the observation as CPT prompts it, then, in a second request, writes the thinking that explains "
+        "its own prediction (at most `thinking_budget` tokens, 96 when None; no budget forcing); the candidate is "
+        "that thinking then that observation. For a small local generator, which loses the observation when it "
+        "thinks first (the demo's 135M CPT checkpoint kept 1 query of 10 so, 4 of 10 this way); a reasoning "
+        "model behind an endpoint thinks first (false).",
+    )
     history_turns: int = Field(
         default=2,
         ge=0,

@@ -90,6 +90,7 @@ def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
 def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     from pipeline.sft.base_model import NoCPTCheckpoint, sft_base_ref
+    from pipeline.sft.rationale import rationale_prompt_digest
     from pipeline.sft.sampling import generator_prompt_digest, judge_files_digest
     from pipeline.store.snapshot import pools_fingerprint
     from pipeline.training.models import model_identity
@@ -107,7 +108,7 @@ def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         # The held-out CE is measured on CPT's eval windows: these settings shape them.
         "eval_windows": f"{config.cpt.max_length}:{config.cpt.eval_max_sequences}:{config.cpt.seed}",
         # Prompts and rubrics are data files, not modules: the code digest does not see them.
-        "prompts": generator_prompt_digest() + judge_files_digest(),
+        "prompts": generator_prompt_digest() + rationale_prompt_digest() + judge_files_digest(),
     }
 
 

@@ -5,7 +5,9 @@ from pathlib import Path
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
 from pipeline.llm.cache import model_key
 from pipeline.rewards.semantic import SCORER_VERSION
+from pipeline.llm.thinking_format import render_thinking_output
 from pipeline.sft.queries import Query
+from pipeline.sft.rationale import observation_messages, rationale_messages, rationale_prompt_digest, rationale_text
 from pipeline.sft.sampling import (
     GeneratedText,
     Generator,
@@ -23,9 +25,20 @@ def resolved_endpoint(endpoint, base_ref: str):
     return endpoint
 
 
+# The rationale request's token budget when `thinking_budget` is None: the prompt's one to three sentences.
+DEFAULT_RATIONALE_TOKENS = 96
+
+
 def thinking_budget(config: GeneratorConfig) -> int | None:
-    """The budget the generator's requests carry: budget forcing runs on the local backend only."""
+    """The budget the generator's requests carry: budget forcing runs on the local backend only, and
+    not in rationale mode, whose observation request asks for no thinking."""
+    if config.rationale:
+        return None
     return config.thinking_budget if config.endpoint.backend == "transformers" else None
+
+
+def rationale_tokens(config: GeneratorConfig) -> int:
+    return config.thinking_budget or DEFAULT_RATIONALE_TOKENS
 
 
 def _output_shaping(endpoint) -> tuple:
@@ -41,7 +54,10 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
         return f"retrieval#{digest(config.history_turns, pools)}"
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
-    shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
+    if config.rationale:
+        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
+    else:
+        shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
     return f"{endpoint.backend}:{model}#{digest(*shaping)}"
 
 
@@ -85,6 +101,38 @@ def _endpoint(endpoint, budget: int | None, store, role: str):
     return generate, client
 
 
+def _rationale_endpoint(endpoint, tokens: int, store, role: str):
+    """Rationale mode (pipeline/sft/rationale.py): the observations, then a thinking block for each. Two
+    clients of the same model, since a request's token budget is its endpoint's; both cache their answers,
+    so a rerun after a failed rationale asks for that rationale only."""
+    from pipeline.llm.client import ChatRequest, open_client
+
+    observer = open_client(endpoint, store, role)
+    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens}), store, f"{role}.rationale")
+
+    def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
+        observed = observer.complete_sync([ChatRequest(observation_messages(query), sample_index=k) for query, k in items])
+        asked = [(i, ChatRequest(rationale_messages(query, observed[i].text), sample_index=k))
+                 for i, (query, k) in enumerate(items) if observed[i].text is not None]
+        explained = dict(zip((i for i, _ in asked), explainer.complete_sync([request for _, request in asked])))
+        texts = []
+        for i, seen in enumerate(observed):
+            why = explained.get(i)
+            if seen.text is None or why.text is None:
+                texts.append(GeneratedText(None, seen.error if seen.text is None else why.error))
+                continue
+            texts.append(GeneratedText(render_thinking_output(rationale_text(why.text), seen.text),
+                                       None, _total(seen.prompt_tokens, why.prompt_tokens),
+                                       _total(seen.completion_tokens, why.completion_tokens)))
+        return texts
+
+    return generate, [observer, explainer]
+
+
+def _total(first: int | None, second: int | None) -> int | None:
+    return None if first is None or second is None else first + second
+
+
 def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, base_ref: str, pools: str):
     """The run's generators, and the LLM clients among them (their failure tallies are checked at the end)."""
     generators, clients = [], []
@@ -95,8 +143,12 @@ def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, 
             generate = _retrieval(config, snapshot_dir)
         else:
             endpoint = resolved_endpoint(config.endpoint, base_ref)
-            generate, client = _endpoint(endpoint, thinking_budget(config), store, f"sft.generator.{position}")
-            clients.append(client)
+            if config.rationale:
+                generate, both = _rationale_endpoint(endpoint, rationale_tokens(config), store, f"sft.generator.{position}")
+                clients += both
+            else:
+                generate, client = _endpoint(endpoint, thinking_budget(config), store, f"sft.generator.{position}")
+                clients.append(client)
         generators.append(Generator(label, config.samples, order, generate))
         order += config.samples
     labels = [g.label for g in generators]
