@@ -4,8 +4,8 @@ from pathlib import Path
 
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
 from pipeline.llm.cache import model_key
-from pipeline.rewards.semantic import SCORER_VERSION
 from pipeline.llm.thinking_format import render_thinking_output
+from pipeline.rewards.semantic import SCORER_VERSION
 from pipeline.sft.queries import Query
 from pipeline.sft.rationale import observation_messages, rationale_messages, rationale_prompt_digest, rationale_text
 from pipeline.sft.sampling import (
