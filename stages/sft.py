@@ -46,7 +46,7 @@ from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.prompts.sft import TEMPLATES
 from pipeline.sft.base_model import sft_base_ref
 from pipeline.sft.candidates import parse_candidate, render_thinking_output
-from pipeline.sft.queries import Query, choose_targets, load_queries
+from pipeline.sft.queries import Query, chat_messages, choose_targets, load_queries
 from pipeline.stage import StageResult
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
@@ -274,11 +274,7 @@ def _heldout_messages(query: Query, thinking: bool) -> tuple[dict[str, str], ...
     """Each model in the format it was trained on: CPT's template (non-thinking) before SFT, the first
     SFT template (thinking) after."""
     system = TEMPLATES[0].render(query.domain, query.system) if thinking else render_cpt_system_prompt(query.domain, query.system)
-    messages = [{"role": "system", "content": system}]
-    for turn in query.history:
-        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
-    messages.append({"role": "user", "content": query.action})
-    return tuple(messages)
+    return chat_messages(query, system)
 
 
 def _heldout_queries(config, plan: Plan) -> list[Query]:

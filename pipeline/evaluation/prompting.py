@@ -21,7 +21,7 @@ from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.prompts.rl import rl_system_prompt
 from pipeline.prompts.sft import TEMPLATES
 from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN, parse_candidate
-from pipeline.sft.queries import Query
+from pipeline.sft.queries import Query, chat_messages
 
 NON_THINKING = "non-thinking"
 THINKING = "thinking"
@@ -42,11 +42,7 @@ def system_prompt(query: Query, prompt_format: str) -> str:
 def query_messages(query: Query, prompt_format: str, own_system: str | None = None) -> tuple[dict[str, str], ...]:
     """System prompt (a benchmark item's own when it carries one, verbatim: the benchmark defines it), the
     kept history as user (action) / assistant (observation) turns, the action."""
-    messages = [{"role": "system", "content": own_system if own_system is not None else system_prompt(query, prompt_format)}]
-    for turn in query.history:
-        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
-    messages.append({"role": "user", "content": query.action})
-    return tuple(messages)
+    return chat_messages(query, own_system if own_system is not None else system_prompt(query, prompt_format))
 
 
 def extract_observation(text: str | None, prompt_format: str) -> tuple[str, str | None, str | None]:

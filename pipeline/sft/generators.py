@@ -30,10 +30,7 @@ DEFAULT_RATIONALE_TOKENS = 96
 
 
 def thinking_budget(config: GeneratorConfig) -> int | None:
-    """The budget the generator's requests carry: budget forcing runs on the local backend only, and
-    not in rationale mode, whose observation request asks for no thinking."""
-    if config.rationale:
-        return None
+    """The budget a thinking-first generator's requests carry: budget forcing runs on the local backend only."""
     return config.thinking_budget if config.endpoint.backend == "transformers" else None
 
 

@@ -34,6 +34,16 @@ class Query:
         return query_id(self.trajectory_id, self.turn_index)
 
 
+def chat_messages(query: Query, system: str) -> tuple[dict[str, str], ...]:
+    """A query as a chat: the system prompt, the kept history as user (action) / assistant (observation)
+    turns, then the action: how every model of the project is asked for the next observation."""
+    messages = [{"role": "system", "content": system}]
+    for turn in query.history:
+        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
+    messages.append({"role": "user", "content": query.action})
+    return tuple(messages)
+
+
 def query_id(trajectory_id: str, turn_index: int) -> str:
     return f"{trajectory_id}:{turn_index}"
 

@@ -20,7 +20,7 @@ import re
 
 from pipeline.prompts.cpt import DOMAIN_NAMES, render_cpt_system_prompt
 from pipeline.rewards.rubrics import PROMPTS_DIR, files_digest, prompt_text
-from pipeline.sft.queries import Query
+from pipeline.sft.queries import Query, chat_messages
 
 RATIONALE_PROMPT = "sft_rationale"
 # The observation as the rationale request shows it: a long listing's head says what it is.
@@ -32,11 +32,7 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
 
 def observation_messages(query: Query) -> tuple[dict[str, str], ...]:
     """The first request: the query as CPT trained the model to answer it, observation only."""
-    messages = [{"role": "system", "content": render_cpt_system_prompt(query.domain, query.system)}]
-    for turn in query.history:
-        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
-    messages.append({"role": "user", "content": query.action})
-    return tuple(messages)
+    return chat_messages(query, render_cpt_system_prompt(query.domain, query.system))
 
 
 def rationale_messages(query: Query, observation: str) -> tuple[dict[str, str], ...]:

@@ -35,7 +35,7 @@ from pipeline.prompts.sft import TEMPLATES, draw_template
 from pipeline.rewards.rubrics import PROMPTS_DIR, files_digest, prompt_text, rubric_files
 from pipeline.sft.candidates import parse_candidate
 from pipeline.sft.judging import CRITERIA, PairwiseItem, PointwiseItem
-from pipeline.sft.queries import Query
+from pipeline.sft.queries import Query, chat_messages
 from pipeline.sft.selection import SELECTION_RULES, Contender, Rules, competitors, decide, pairings
 
 GENERATOR_PROMPT = "sft_generator"
@@ -71,11 +71,7 @@ def generator_messages(query: Query) -> tuple[dict[str, str], ...]:
     """The generator's prompt (data/prompts/sft_generator.md) around SFT template 0 (which asks for the
     thinking format), then the kept history as user/assistant turns, then the action."""
     environment = TEMPLATES[0].render(query.domain, query.system)
-    messages = [{"role": "system", "content": prompt_text(GENERATOR_PROMPT).replace("{environment}", environment)}]
-    for turn in query.history:
-        messages += [{"role": "user", "content": turn.action}, {"role": "assistant", "content": turn.observation}]
-    messages.append({"role": "user", "content": query.action})
-    return tuple(messages)
+    return chat_messages(query, prompt_text(GENERATOR_PROMPT).replace("{environment}", environment))
 
 
 def generator_prompt_digest() -> str:
