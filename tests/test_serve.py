@@ -300,9 +300,11 @@ OTHER_QUERY = [{"role": "system", "content": "You simulate a shell."}, {"role": 
 def test_temperature_defaults_to_sampling_and_a_seed_reproduces_it(client):
     """OpenAI's default temperature is 1: two unseeded answers differ; a seed (2**63 and past too) gives the
     same answer every time, and n choices of one seeded request are different samples."""
+    # The whole answer, thinking included: the tiny model is taught to open a thinking block, so 24 sampled
+    # tokens may all be thinking, and two such answers have the same (empty) observation.
     def sample(**extra):
         return client.chat.completions.create(model="world-model-test", messages=OTHER_QUERY, max_tokens=24,
-                                              extra_body={"ignore_eos": True}, **extra)
+                                              extra_body={"ignore_eos": True, "include_thinking": True}, **extra)
 
     unseeded = {sample().choices[0].message.content for _ in range(2)}
     assert len(unseeded) == 2
