@@ -4,7 +4,7 @@
                                       [--requests 64] [--model DIR]
 
 Exports the tiny offline model (or serves `--model`, an exported folder) and starts the server in
-its own process: `simulacra serve` (continuous batching, pipeline/serving/batching.py), or
+its own process: `simulacra serve` (continuous batching, pipeline/llm/batching.py), or
 `transformers serve` on the same folder, without or with `--continuous-batching` (issue 19: measure
 it against the project's server and keep the better one). Then, for each concurrency, `--requests`
 chat completions of `--max-tokens` tokens each from that many client threads (the `openai` client,

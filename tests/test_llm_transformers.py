@@ -1,5 +1,6 @@
-"""The transformers backend on the tiny offline model: batched, left-padded generation through the
-chat template, stopping at <|im_end|>, seeded samples, and the same cache as the openai backend."""
+"""The transformers backend on the tiny offline model: continuously batched, left-padded decoding of
+the prompts training renders, stopping at <|im_end|>, seeded samples that do not depend on the batch,
+and the same cache as the openai backend."""
 
 import random
 
@@ -64,6 +65,16 @@ def test_seeded_samples_repeat_and_differ_from_each_other(tiny, tmp_path):
     assert [a.text for a in first] == [a.text for a in second]
     assert [a.text for a in first] != [a.text for a in other_seed]
     assert len({a.text for a in first}) > len(PROMPTS)  # two samples of a prompt are not one answer twice
+
+
+def test_a_seeded_sample_does_not_depend_on_its_batch(tiny, tmp_path):
+    """Each request samples from its own seeded generator (continuous batching, pipeline/llm/batching.py):
+    decoded five at a time, two at a time (rows leaving and joining as others end) or alone, the same."""
+    together, client = answers(tiny, tmp_path, "together", temperature=1.0, seed=3, batch_size=5, samples=2)
+    pairs, paired = answers(tiny, tmp_path, "pairs", temperature=1.0, seed=3, batch_size=2, samples=2)
+    alone, _ = answers(tiny, tmp_path, "alone", temperature=1.0, seed=3, batch_size=1, samples=2)
+    assert [a.text for a in together] == [a.text for a in pairs] == [a.text for a in alone]
+    assert paired.tally.done == 2 * len(PROMPTS)
 
 
 def test_generation_stops_at_im_end(tiny, tmp_path):

@@ -1,25 +1,28 @@
 """The `transformers` backend: a local Hugging Face causal LM (the CPT checkpoint by default),
-batched `generate` in this process, on the GPU when there is one.
+decoded in this process, on the GPU when there is one.
 
-Prompts are rendered by the tokenizer's chat template with the generation prompt, left-padded (a
-decoder continues from the right end of each row), and generation stops at `<|im_end|>` or the
-end-of-sequence token. For throughput on a GPU worker, serve the checkpoint with `vllm serve` and use
-the `openai` backend instead (README, "LLM endpoints"); this backend is the no-server path and the
-one the tests run on the tiny model.
+Prompts are rendered as training renders them (or by the tokenizer's chat template for a non-ChatML
+model) with the generation prompt, and an answer ends at `<|im_end|>` or the end-of-sequence token.
+Requests are rows of a continuous batch (pipeline/llm/batching.py, the decoder `simulacra serve` uses):
+up to `batch_size` decode together, a row that ends leaves at once and a waiting one is prefilled into
+its place. `generate` would hold every row of a batch to the end of its longest, and a 135M model's
+answers to one batch of the demo's queries run from 3 to 320 tokens. For throughput on a GPU worker,
+serve the checkpoint with `vllm serve` and use the `openai` backend instead (README, "LLM endpoints");
+this backend is the no-server path and the one the tests run on the tiny model.
 
-A request with a `thinking_budget` is answered with budget forcing (s1): the answer is opened with
-`<think>`, the model thinks until it closes the block or spends the budget, then the block is closed
-for it (`BudgetForcing`, a logits processor: one `generate`, no second prefill) and it writes the
+A request with a `thinking_budget` is answered with budget forcing (s1) in one `generate` call: the
+answer is opened with `<think>`, the model thinks until it closes the block or spends the budget, then
+the block is closed for it (`BudgetForcing`, a logits processor: no second prefill) and it writes the
 observation that follows its thinking.
 
 A row that loops (one short unit repeated, pipeline/llm/repetition.py) is ended there unless the
-endpoint's `stop_on_repetition` is None: one looping row would hold its batch to `max_tokens`.
+endpoint's `stop_on_repetition` is None.
 
-Seeds: `generate` samples from torch's global generator, one draw per row of the batch, so a row's
-sample depends on its batch mates (and left padding changes numerics slightly anyway). With `seed`
-set, each batch is seeded from the seed and its requests, so the same batch gives the same answers;
-per-request reproducibility across different batchings is not promised. The cache makes reruns
-consistent regardless: an answer, once stored, is what every later run gets.
+Seeds: with `seed` set, each request samples from its own generator, seeded from the seed and what the
+request asks, so it gets the same answer in whatever batch it is decoded (float rounding of a
+differently padded batch may rarely move a sampled token). A budget-forced batch samples from torch's
+global generator, seeded per batch. The cache makes reruns consistent regardless: an answer, once
+stored, is what every later run gets.
 """
 
 import asyncio
@@ -45,6 +48,21 @@ def _device(choice: str) -> str:
     return choice
 
 
+def request_seed(seed: int | None, request: ChatRequest) -> int | None:
+    """A row's sampling seed: a function of the configured seed and what the request asks (its messages
+    and sample index), so a request gets the same sample in whatever batch it is decoded; None (a fresh
+    random one) without a configured seed."""
+    if seed is None:
+        return None
+    asked = [seed, list(map(dict, request.messages)), request.sample_index]
+    return int(hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:16], 16)
+
+
+def _settle(future, step) -> None:
+    if not future.done():
+        future.set_result(step)
+
+
 def batch_seed(seed: int, requests: list[ChatRequest]) -> int:
     """A seed for one batch: a function of the configured seed and what the batch asks."""
     asked = [[list(map(dict, r.messages)), r.sample_index] for r in requests]
@@ -54,7 +72,9 @@ def batch_seed(seed: int, requests: list[ChatRequest]) -> int:
 
 class TransformersBackend:
     name = "transformers"
-    max_in_flight = 1  # one `generate` at a time: the device is the bottleneck, a second would queue
+    # Two batches in flight: one decoding, the next waiting in the scheduler, so a row that finishes is
+    # replaced at once. Budget-forced requests (one `generate` call each batch) take turns.
+    max_in_flight = 2
 
     def __init__(self, endpoint: EndpointConfig):
         if not endpoint.model:
@@ -86,25 +106,32 @@ class TransformersBackend:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Send]:
-        await asyncio.to_thread(self._load)
+        from pipeline.llm.batching import Scheduler
+
+        model, tokenizer, stops = await asyncio.to_thread(self._load)
+        scheduler = Scheduler(model, tokenizer, stops, max_batch=self.batch_size)
+        one_generate = asyncio.Lock()
 
         async def send(requests: list[ChatRequest]) -> list[Completion]:
             # In a thread: torch releases the GIL, so the event loop keeps writing answers meanwhile.
             try:
-                return await asyncio.to_thread(self._generate, requests)
+                if any(r.thinking_budget for r in requests):
+                    async with one_generate:
+                        return await asyncio.to_thread(self._generate, requests)
+                return await self._decode(scheduler, requests)
             except RuntimeError as exc:  # CUDA out of memory and the like: a failure, not a crash
                 raise EndpointError("generate", str(exc).splitlines()[0], retryable=False) from None
 
-        yield send
+        try:
+            yield send
+        finally:
+            await asyncio.to_thread(scheduler.close)
 
-    def _prompt_batch(self, requests: list[ChatRequest], prefix: str):
-        """Left-padded prompt ids. For a ChatML model, built piece by piece as training builds its
+    def _prompt_ids(self, requests: list[ChatRequest], prefix: str) -> list[list[int]]:
+        """Each request's prompt ids. For a ChatML model, built piece by piece as training builds its
         sequences (pipeline/serving/chatml.py): a literal `<|im_end|>` inside an action stays text, as the
         model saw it in training, instead of becoming the end of the turn (issue 17.17). Any other model:
-        its own chat template, rendered and tokenised."""
-        import torch
-        from transformers import BatchEncoding
-
+        its own chat template, rendered and tokenised (the template writes every special token it expects)."""
         from pipeline.serving.chatml import PromptTokens
         from pipeline.training.tiny_model import IM_START
 
@@ -113,15 +140,56 @@ class TransformersBackend:
         if IM_START not in tokenizer.get_vocab() or IM_START not in (tokenizer.chat_template or ""):
             prompts = [tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
                        + prefix for r in requests]
-            # The template already wrote every special token the model expects.
-            return tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            return [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
         builder = PromptTokens(tokenizer, thinking=False)  # history observations are the environment's, never thinking
-        rows = [builder.ids([dict(m) for m in r.messages]) + suffix for r in requests]
+        return [builder.ids([dict(m) for m in r.messages]) + suffix for r in requests]
+
+    def _prompt_batch(self, requests: list[ChatRequest], prefix: str):
+        """The prompts left-padded into one batch (a decoder continues from the right end of each row)."""
+        import torch
+        from transformers import BatchEncoding
+
+        _, tokenizer, _ = self._load()
+        rows = self._prompt_ids(requests, prefix)
         width = max(map(len, rows))
         pad = tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])
         attention_mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
         return BatchEncoding({"input_ids": input_ids, "attention_mask": attention_mask})
+
+    async def _decode(self, scheduler, requests: list[ChatRequest]) -> list[Completion]:
+        """The requests as rows of the continuous batch: each leaves it when it ends, and a waiting row
+        (the client keeps a second batch queued, `max_in_flight`) takes its place."""
+        from pipeline.llm.batching import Row, Sampling
+
+        _, tokenizer, stops = self._load()
+        loop = asyncio.get_running_loop()
+        prompts = await asyncio.to_thread(self._prompt_ids, requests, "")
+        endpoint = self.endpoint
+        done: list[asyncio.Future] = []
+        rows = []
+        for request, prompt in zip(requests, prompts):
+            finished = loop.create_future()
+
+            def listener(step, finished=finished) -> None:  # on the decoding thread
+                if step.finish_reason is not None:
+                    loop.call_soon_threadsafe(_settle, finished, step)
+
+            sampling = Sampling(max_tokens=endpoint.max_tokens, temperature=endpoint.temperature, top_p=endpoint.top_p,
+                                seed=request_seed(endpoint.seed, request), stop_on_repetition=endpoint.stop_on_repetition)
+            rows.append(Row(prompt=prompt, sampling=sampling, choice=0, listener=listener))
+            done.append(finished)
+        scheduler.submit(rows)
+        steps = await asyncio.gather(*done)
+        completions = []
+        for row, prompt, step in zip(rows, prompts, steps):
+            if step.finish_reason == "error":
+                raise EndpointError("generate", step.error or "decoding failed", retryable=False)
+            # Up to and including the first stop token, as `generate` counts it.
+            end = next((i + 1 for i, token in enumerate(row.generated) if token in stops), len(row.generated))
+            text = tokenizer.decode(row.generated[:end], skip_special_tokens=True)
+            completions.append(Completion(text=text, prompt_tokens=len(prompt), completion_tokens=end))
+        return completions
 
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
         import torch

@@ -7,7 +7,7 @@ model the thinking goes to `reasoning_content` (vLLM's reasoning-parser conventi
 `content` unless `include_thinking` is true. `GET /v1/models` and `GET /v1/models/{id}` describe the
 model (context length, prompt format); `GET /health` says it is up, with the decoder's load.
 
-Requests are decoded together (pipeline/serving/batching.py). A request whose client goes away
+Requests are decoded together (pipeline/llm/batching.py). A request whose client goes away
 (a closed stream, a timed-out client) is cancelled and leaves the batch at the next token.
 
 Bad requests get a 4xx in OpenAI's error shape (`{"error": {"message", "type", "param", "code"}}`),
@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any
 
-from pipeline.serving.batching import Row, Sampling, Scheduler, Step, TokenLogprob
+from pipeline.llm.batching import Row, Sampling, Scheduler, Step, TokenLogprob
 from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream

@@ -1,6 +1,6 @@
 """An exported world model loaded for serving: its metadata, tokenizer, weights and prompt tokens.
 
-Decoding is pipeline/serving/batching.py's (continuous batching on one device). For GPUs, `simulacra
+Decoding is pipeline/llm/batching.py's (continuous batching on one device). For GPUs, `simulacra
 serve --engine vllm` runs the same folder on vLLM (pipeline/serving/vllm_engine.py).
 """
 
