@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gpu_train.py --shape tiny --steps 12 --warmup-steps 2 --micro-batch-rows 4 --compare-padded
 	$(BIN)/python bench/serving.py --requests 64
 	$(BIN)/python bench/cpu_training_step.py
+	$(BIN)/python bench/local_decoding.py
 
 clean-demo:
 	rm -rf simulacra-workspace
