@@ -155,3 +155,40 @@ def test_a_literal_end_of_turn_inside_an_action_stays_text_as_in_training(tiny):
     assert ids == expected + builder.headers["assistant"]
     end = tokenizer.convert_tokens_to_ids(IM_END)
     assert ids.count(end) == 4  # one per message; the two typed ones are text
+
+
+def test_rows_with_one_prompt_share_its_prefill(tiny):
+    """The K samples of a query (or n choices of a request) are one prompt: it runs through the model once
+    and every row decodes from a copy of its cache, with the answers each row gets when prefilled alone."""
+    import threading
+
+    from pipeline.llm.batching import Row, Sampling, Scheduler
+    from pipeline.training.models import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny))
+    model = load_causal_lm(str(tiny)).eval()
+    prompts = [tokenizer.encode(text, add_special_tokens=False) for text in ("cat notes.txt", "grep -r error root")]
+
+    def decode(asked: list[tuple[list[int], int]], max_batch: int):
+        scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=max_batch)
+        done, ended = threading.Event(), []
+
+        def listener(step) -> None:
+            if step.finish_reason is not None:
+                ended.append(step)
+                if len(ended) == len(asked):
+                    done.set()
+
+        rows = [Row(prompt, Sampling(max_tokens=8, temperature=1.0, seed=5, ignore_eos=True), choice, listener)
+                for prompt, choice in asked]
+        scheduler.submit(rows)
+        assert done.wait(60)
+        scheduler.close()
+        return [row.generated for row in rows], scheduler.prefilled_tokens
+
+    asked = [(prompts[0], 0), (prompts[0], 1), (prompts[1], 0), (prompts[0], 2)]
+    shared, prefilled = decode(asked, max_batch=4)
+    assert prefilled == len(prompts[0]) + len(prompts[1])
+    alone = [decode([one], max_batch=1)[0][0] for one in asked]
+    assert shared == alone
+    assert len({tuple(tokens) for tokens in shared[:2]}) == 2  # two choices of one prompt: two samples

@@ -6,7 +6,8 @@ end of its longest (a 135M model's answers on the demo run from 3 to 320 tokens 
 
 One decoding thread owns the model. Each step it
 1. admits waiting rows (one row per choice of a request, so `n` = 4 is four rows) up to `max_batch`:
-   their prompts are prefilled together, left-padded, and their KV cache joins the running batch's,
+   their prompts are prefilled together, left-padded (rows with one prompt, the choices of a request
+   or the K samples of an SFT query, share one prefill), and their KV cache joins the running batch's,
    padded on the left to the same length (positions are per row, so left padding changes nothing
    but masked columns);
 2. runs one forward pass for the whole batch and picks each row's next token with the row's own
@@ -107,6 +108,7 @@ class Scheduler:
         self.running = 0
         self.largest_batch = 0
         self.cancelled = 0
+        self.prefilled_tokens = 0  # prompt tokens run through the model (a shared prompt counts once)
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="simulacra-decoder", daemon=True)
         self._thread.start()
@@ -165,21 +167,33 @@ class Scheduler:
         return row.cancelled
 
     def _prefill(self, rows: list[Row]) -> "_Batch":
+        """The admitted rows' prompts through the model at once. Rows with the same prompt (the choices
+        of one request, or the K samples of one SFT query) share one prefill: the prompt runs once and
+        its cache and next-token logits are copied to each of them."""
         import torch
         from transformers import DynamicCache
 
         device = self.model.device
-        width = max(len(row.prompt) for row in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=device)
-        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-        for i, row in enumerate(rows):
-            ids[i, width - len(row.prompt) :] = torch.tensor(row.prompt, device=device)
-            mask[i, width - len(row.prompt) :] = 1
+        prompts: dict[tuple[int, ...], int] = {}
+        of_row = [prompts.setdefault(tuple(row.prompt), len(prompts)) for row in rows]
+        unique = list(prompts)
+        width = max(map(len, unique))
+        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros((len(unique), width), dtype=torch.long, device=device)
+        for i, prompt in enumerate(unique):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt, device=device)
+            mask[i, width - len(prompt) :] = 1
+        for row in rows:
             row.generator = torch.Generator(device=device).manual_seed(row_seed(row.sampling.seed, row.choice))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                             use_cache=True).logits[:, -1, :]
+        if len(unique) < len(rows):
+            index = torch.tensor(of_row, device=device)
+            cache.batch_select_indices(index)
+            mask, positions, logits = mask[index], positions[index], logits[index]
+        self.prefilled_tokens += sum(map(len, unique))
         return _Batch(rows, cache, mask, positions[:, -1], logits.float())
 
     def _step(self, batch: "_Batch") -> "_Batch | None":
