@@ -192,3 +192,33 @@ def test_rows_with_one_prompt_share_its_prefill(tiny):
     alone = [decode([one], max_batch=1)[0][0] for one in asked]
     assert shared == alone
     assert len({tuple(tokens) for tokens in shared[:2]}) == 2  # two choices of one prompt: two samples
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_connection_closes(tiny):
+    """ctrl-C (the client's task cancelled) while rows decode: they are cancelled in the scheduler, so
+    closing the connection does not wait for answers nobody will read."""
+    import asyncio
+
+    import torch
+
+    from pipeline.llm.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(EndpointConfig(backend="transformers", model=str(tiny), max_tokens=1000, device="cpu",
+                                                 temperature=0, batch_size=4, stop_on_repetition=None))
+    model, tokenizer, _ = backend._load()
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    head.bias.data[tokenizer.convert_tokens_to_ids("a")] = 10.0  # never an end token: each row would run 1,000 tokens
+    model.lm_head = head
+
+    async def ask_then_cancel() -> None:
+        async with backend.connect() as send:
+            answering = asyncio.ensure_future(send(requests()[:4]))
+            await asyncio.sleep(0.3)
+            answering.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await answering
+
+    asyncio.run(ask_then_cancel())
+    assert backend.scheduler.cancelled == 4

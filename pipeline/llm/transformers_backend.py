@@ -82,6 +82,7 @@ class TransformersBackend:
         self.endpoint = endpoint
         self.batch_size = endpoint.batch_size
         self._loaded: tuple[Any, Any, list[int]] | None = None
+        self.scheduler = None  # the continuous batch of the open connection (its counters stay after it)
 
     def __repr__(self) -> str:
         return f"TransformersBackend(model={self.endpoint.model!r})"
@@ -109,7 +110,7 @@ class TransformersBackend:
         from pipeline.llm.batching import Scheduler
 
         model, tokenizer, stops = await asyncio.to_thread(self._load)
-        scheduler = Scheduler(model, tokenizer, stops, max_batch=self.batch_size)
+        scheduler = self.scheduler = Scheduler(model, tokenizer, stops, max_batch=self.batch_size)
         one_generate = asyncio.Lock()
 
         async def send(requests: list[ChatRequest]) -> list[Completion]:
@@ -173,14 +174,22 @@ class TransformersBackend:
 
             def listener(step, finished=finished) -> None:  # on the decoding thread
                 if step.finish_reason is not None:
-                    loop.call_soon_threadsafe(_settle, finished, step)
+                    try:
+                        loop.call_soon_threadsafe(_settle, finished, step)
+                    except RuntimeError:  # the loop closed: the caller stopped waiting (ctrl-C)
+                        pass
 
             sampling = Sampling(max_tokens=endpoint.max_tokens, temperature=endpoint.temperature, top_p=endpoint.top_p,
                                 seed=request_seed(endpoint.seed, request), stop_on_repetition=endpoint.stop_on_repetition)
             rows.append(Row(prompt=prompt, sampling=sampling, choice=0, listener=listener))
             done.append(finished)
         scheduler.submit(rows)
-        steps = await asyncio.gather(*done)
+        try:
+            steps = await asyncio.gather(*done)
+        except BaseException:  # cancelled (ctrl-C, a failed sibling batch): the rows leave the batch
+            for row in rows:
+                row.cancel()
+            raise
         completions = []
         for row, prompt, step in zip(rows, prompts, steps):
             if step.finish_reason == "error":
