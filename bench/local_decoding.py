@@ -6,8 +6,8 @@ The demo's stages ask the local model for many answers of very different lengths
 demo's eval queries ran from 3 to 320 tokens): `generate` holds every row of a batch until its longest
 ends, continuous batching (pipeline/llm/batching.py) lets a finished row leave and a waiting one take
 its place. Both paths answer the same greedy requests, built from the bundled demo's terminal
-trajectories as the stages build theirs (a system prompt, the history as turns, the next action),
-with the configured loop stop. Prints the time of each, their ratio, the tokens each generated and
+trajectories in the stages' shape (the trajectory's task description as the system prompt, the history
+as turns, the next action; not the stages' own prompt templates), with the configured loop stop. Prints the time of each, their ratio, the tokens each generated and
 whether the answers agree (greedy: they should, up to float rounding of differently padded batches).
 """
 

@@ -110,15 +110,13 @@ class Scheduler:
         self.largest_batch = 0
         self.cancelled = 0
         self.prefilled_tokens = 0  # prompt tokens run through the model (a shared prompt counts once)
-        self._forward_parameters = set(inspect.signature(model.forward).parameters)
-        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in self._forward_parameters else {}
+        accepted = set(inspect.signature(model.forward).parameters)
+        # transformers 5 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40).
+        self._cache_keyword = "cache" if "cache" in accepted else "past_key_values"
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="simulacra-decoder", daemon=True)
         self._thread.start()
-
-    def _cache_argument(self, cache) -> dict[str, Any]:
-        # transformers 5 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40).
-        return {"cache": cache} if "cache" in self._forward_parameters else {"past_key_values": cache}
 
     def close(self) -> None:
         """Ends the decoding thread once the rows in flight and waiting are done (the backend closes its
@@ -197,7 +195,7 @@ class Scheduler:
         # Only the last position's logits: the head over a whole prompt is a fifth of a small model's
         # prefill and a [rows, prompt, vocab] tensor.
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            **self._cache_argument(cache), **self._last_logits_only).logits[:, -1, :]
+                            **{self._cache_keyword: cache}, **self._last_logits_only).logits[:, -1, :]
         if len(unique) < len(rows):
             index = torch.tensor(of_row, device=device)
             cache.batch_select_indices(index)
@@ -232,7 +230,7 @@ class Scheduler:
         batch.mask = torch.cat([batch.mask, torch.ones_like(step_ids)], dim=1)
         batch.last_position = batch.last_position + 1
         logits = self.model(input_ids=step_ids, attention_mask=batch.mask, position_ids=batch.last_position.unsqueeze(1),
-                            use_cache=True, **self._cache_argument(batch.cache)).logits[:, -1, :]
+                            use_cache=True, **{self._cache_keyword: batch.cache}).logits[:, -1, :]
         batch.logits = logits.float()
         return batch
 
