@@ -32,11 +32,13 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
+from pipeline.llm.cache import adopt_answers
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.rl.base_model import rl_base_ref
 from pipeline.stage import StageResult
 from pipeline.store.snapshot import target_turns
 from pipeline.training.runs import (
+    HELDOUT_CACHE,
     RunPlan,
     claim_run_folder,
     complete_run,
@@ -249,9 +251,7 @@ def train(config, plan: Plan) -> None:
     heldout = _heldout_queries(config, plan)
     is_main = _is_main_process()
     if is_main:
-        heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, "before")
-        if rl.control_fraction > 0:
-            heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, "before_control", controlled=True)
+        heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, _heldout_sets(rl, "before"))
     prompts = read_prompts(plan.prompts_path)
     tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
     rewards, judge = _rewards(config, plan, prompts, tokenizer)
@@ -264,9 +264,7 @@ def train(config, plan: Plan) -> None:
     if reason is not None and rl.fail_when_nothing_learned:
         # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
         raise RLLearnedNothing(f"rl: {reason}")
-    heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after")
-    if rl.control_fraction > 0:
-        heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, "after_control", controlled=True)
+    heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, _heldout_sets(rl, "after"))
     curves = reward_curves(outcome.history)
     weights = f"{rl.reward.main_weight:g} x {rewards.main_name} + {rl.reward.rule_weight:g} x rule"
     _plot(plan.output_dir / REWARDS_PLOT, curves, weights)
@@ -286,6 +284,11 @@ def train(config, plan: Plan) -> None:
         "reward_plot": str(plan.output_dir / REWARDS_PLOT),
     }
     write_text_atomic(trained_file, json.dumps(trained, indent=2, sort_keys=True) + "\n")
+
+
+def _heldout_sets(rl, when: str) -> list[tuple[str, bool]]:
+    """The held-out prediction sets of one model: plain, and with a control instruction each where RL trains them."""
+    return [(when, False)] + ([(f"{when}_control", True)] if rl.control_fraction > 0 else [])
 
 
 def _is_main_process() -> bool:
@@ -333,6 +336,8 @@ def record(store, plan: Plan) -> StageResult:
             "base_model": plan.base_ref,
         }
         summary = _summary(metrics)
+    # The held-out answers join the store's cache: evaluation asks these checkpoints the same queries.
+    adopt_answers(store, plan.output_dir / HELDOUT_CACHE)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     return _result(plan, metrics, _tables(plan, prompts), summary)
 

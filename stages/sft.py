@@ -40,6 +40,7 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
+from pipeline.llm.cache import adopt_answers
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.prompts.cpt import render_cpt_system_prompt
@@ -50,7 +51,7 @@ from pipeline.sft.queries import Query, chat_messages, choose_targets, load_quer
 from pipeline.stage import StageResult
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
-from pipeline.training.runs import RunPlan, claim_run_folder, complete_run, heldout_metrics
+from pipeline.training.runs import HELDOUT_CACHE, RunPlan, claim_run_folder, complete_run, heldout_metrics
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 
@@ -294,7 +295,7 @@ def _heldout_predictions(config, plan: Plan, queries: list[Query], model_ref: st
     if path.is_file():
         return json.loads(path.read_text())
     endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=config.sft.eval_max_tokens)
-    with Store(plan.output_dir / "heldout_cache.duckdb") as scratch:
+    with Store(plan.output_dir / HELDOUT_CACHE) as scratch:
         client = open_client(endpoint, scratch, f"sft.heldout.{name}")
         answers = client.complete_sync([ChatRequest(_heldout_messages(query, thinking)) for query in queries]) if queries else []
     predictions = [{"query_id": q.query_id, "text": a.text, "error": a.error, "thinking": thinking} for q, a in zip(queries, answers)]
@@ -481,6 +482,8 @@ def record(store, plan: Plan) -> StageResult:
             "base_model": plan.base_ref,
         }
         summary = _summary(metrics)
+    # The held-out answers join the store's cache: evaluation asks these checkpoints the same queries.
+    adopt_answers(store, plan.output_dir / HELDOUT_CACHE)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     plot = plan.output_dir / SCORES_PLOT
     return StageResult(

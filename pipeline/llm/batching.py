@@ -176,7 +176,8 @@ class Scheduler:
         of one request, or the K samples of one SFT query) share one prefill: the prompt runs once and
         its cache and next-token logits are copied to each of them."""
         import torch
-        from transformers import DynamicCache
+
+        from pipeline.llm.kv_cache import ReservedCache
 
         device = self.model.device
         prompts: dict[tuple[int, ...], int] = {}
@@ -191,7 +192,7 @@ class Scheduler:
         for row in rows:
             row.generator = torch.Generator(device=device).manual_seed(row_seed(row.sampling.seed, row.choice))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = ReservedCache()  # no copy of the whole cache per token (pipeline/llm/kv_cache.py)
         # Only the last position's logits: the head over a whole prompt is a fifth of a small model's
         # prefill and a [rows, prompt, vocab] tensor.
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -301,7 +302,7 @@ def _finite(value: float) -> float:
 @dataclass
 class _Batch:
     rows: list[Row]
-    cache: Any  # DynamicCache
+    cache: Any  # ReservedCache
     mask: Any  # [rows, columns] 1 where a token is
     last_position: Any  # [rows] position of each row's last token
     logits: Any  # [rows, vocab] of each row's next token

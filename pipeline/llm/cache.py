@@ -180,3 +180,28 @@ class GroupCommit:
                 for _, committed in group:
                     committed.set_result(None)
         self._committing = None
+
+
+def adopt_answers(store: Store, scratch_path: Path) -> int:
+    """Copy the answers of a scratch cache (a training process's own DuckDB file: the held-out predictions
+    of SFT and RL, made where the store cannot be opened) into the store's cache; returns how many were
+    new. A stage's held-out queries are evaluation's first ones (one seeded ranking), asked of the same
+    checkpoint in the same format and sampling, so `simulacra evaluate` finds those answers here instead
+    of generating them again. Failures are not copied (they are retried where they happened)."""
+    if not scratch_path.is_file():
+        return 0
+    with Store(scratch_path, read_only=True) as scratch:
+        rows = scratch.execute(
+            "SELECT key, role, backend, model, request::VARCHAR, answer, error, prompt_tokens, completion_tokens, attempts, "
+            "created_at FROM llm_cache WHERE answer IS NOT NULL"
+        ).fetchall()
+    if not rows:
+        return 0
+    known = {key for (key,) in store.execute(
+        "SELECT key FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))", [[row[0] for row in rows]]).fetchall()}
+    new = [list(row) for row in rows if row[0] not in known]
+    if new:
+        placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(new))
+        with store.transaction() as tx:
+            tx.execute(f"INSERT INTO llm_cache VALUES {placeholders}", [value for row in new for value in row])
+    return len(new)

@@ -19,6 +19,8 @@ from pipeline.store.atomic_files import write_text_atomic
 
 PLAN_FILE = "plan.json"
 FINGERPRINT_FILE = "fingerprint.json"
+# The answer cache of a run's held-out predictions (SFT, RL), made where training runs, never in the store.
+HELDOUT_CACHE = "heldout_cache.duckdb"
 
 
 @dataclass(slots=True)

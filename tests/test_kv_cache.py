@@ -1,0 +1,89 @@
+"""The reserved KV cache (pipeline/llm/kv_cache.py) decodes exactly as transformers' DynamicCache: the same
+logits step by step, through left-padded prompts, rows leaving the batch, a crop, and growth past the
+room it reserved; and the continuous batch, which uses it, answers as one `generate` call per row."""
+
+import random
+
+import pytest
+import torch
+
+from pipeline.config.model import TinyModelConfig
+from pipeline.llm import kv_cache
+from pipeline.llm.kv_cache import ReservedCache, ReservedLayer
+from pipeline.training.tiny_model import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from pipeline.training.models import load_causal_lm
+
+    rng = random.Random(1)
+    words = "ls cat grep total root file error json value true false".split()
+    corpus = tmp_path_factory.mktemp("corpus") / "text.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(16)) for _ in range(500)), encoding="utf-8")
+    folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny")
+    return load_causal_lm(str(folder)).eval()
+
+
+def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None):
+    """Greedy decoding of 3 left-padded rows; at `select_at` the middle row leaves, at `crop_at` the last
+    token is cropped and fed again. Returns every step's logits."""
+    torch.manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    mask[2, :7] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    seen = []
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       use_cache=True).logits[:, -1]
+        last = positions[:, -1]
+        for step in range(steps):
+            seen.append(logits.clone())
+            if step == select_at:
+                keep = torch.tensor([0, 2])
+                cache.batch_select_indices(keep)
+                mask, last, logits = mask[keep], last[keep], logits[keep]
+            token = logits.argmax(-1, keepdim=True)
+            if step == crop_at:
+                cache.crop(-1)
+                mask, last = mask[:, :-1], last - 1
+            mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+            last = last + 1
+            logits = model(input_ids=token, attention_mask=mask, position_ids=last[:, None], past_key_values=cache,
+                           use_cache=True).logits[:, -1]
+    return seen
+
+
+@pytest.mark.parametrize("select_at, crop_at", [(None, None), (5, None), (3, 9)])
+def test_reserved_cache_decodes_as_the_dynamic_cache(tiny_model, monkeypatch, select_at, crop_at):
+    from transformers import DynamicCache
+
+    monkeypatch.setattr(kv_cache, "MIN_RESERVED_TOKENS", 4)  # the room runs out, and regrows, several times
+    expected = _decode(tiny_model, DynamicCache(), 30, select_at, crop_at)
+    reserved = ReservedCache()
+    got = _decode(tiny_model, reserved, 30, select_at, crop_at)
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected):
+        assert torch.allclose(mine, theirs, atol=1e-5)
+    assert all(isinstance(layer, ReservedLayer) for layer in reserved.layers)
+    assert reserved.get_seq_length() == 12 + 30 - (1 if crop_at is not None else 0)
+
+
+def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
+    layer = ReservedLayer()
+    first = torch.randn(2, 3, 10, 4)
+    layer.update(first, first + 1)
+    buffer = layer._key_buffer
+    assert buffer.shape[-2] > 10  # room reserved past the prompt
+    new = torch.randn(2, 3, 1, 4)
+    keys, values = layer.update(new, new + 1)
+    assert layer._key_buffer is buffer  # written in place
+    assert torch.equal(keys, torch.cat([first, new], dim=-2)) and torch.equal(values, torch.cat([first, new], dim=-2) + 1)
+    assert layer.get_seq_length() == 11
+    # Assigned whole (the batch's join and trim do this): exactly what was assigned, room again at the next token.
+    layer.keys, layer.values = keys[..., 2:, :], values[..., 2:, :]
+    assert layer.get_seq_length() == 9
+    keys, _ = layer.update(new, new)
+    assert torch.equal(keys, torch.cat([first[..., 2:, :], new, new], dim=-2))
