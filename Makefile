@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/serving.py --requests 64
 	$(BIN)/python bench/cpu_training_step.py
 	$(BIN)/python bench/local_decoding.py
+	$(BIN)/python bench/kv_cache.py
 
 clean-demo:
 	rm -rf simulacra-workspace

@@ -5,7 +5,7 @@ Three steps, as CPT and SFT, so a GPU deployment can run the middle one (flows/g
    registered SFT checkpoint, else CPT's, else `model.base` / the workspace's tiny model); a Parquet
    snapshot of the rl and eval pools; the fingerprint and the run's folder; the prompts
    (pipeline/rl/prompts.py: the rl pool's one target turn per trajectory, a seeded choice of
-   `rl.max_prompts`, in the RL template, with the turn's verifier and a seeded control instruction
+   `rl.max_prompts` among those within `rl.max_prompt_tokens`, in the RL template, with the turn's verifier and a seeded control instruction
    on `rl.control_fraction` of them), written to `prompts.jsonl` and recorded in `rl_prompts`; the
    held-out eval targets, written to `heldout.json`;
 2. `train` (every training process, files only, never the store): the held-out predictions of the
@@ -14,8 +14,9 @@ Three steps, as CPT and SFT, so a GPU deployment can run the middle one (flows/g
    held-out predictions of the trained model; the reward curves as a PNG; `trained.json` last;
 3. `record` (data side): the judge scores the held-out predictions before and after, and the rule of
    each control kind the same queries asked with an instruction (where `rl.control_fraction` > 0:
-   the instruction-following rate); the checkpoint is registered, `metrics.json` last (its presence
-   marks the run complete).
+   the instruction-following rate); the held-out answers join the store's cache (evaluation asks the
+   trained model the same plain queries); the checkpoint is registered, `metrics.json` last (its
+   presence marks the run complete).
 
 Caches that are not the store: the judge's answers during training go to a DuckDB file per training
 process (`judge_cache/rank-<n>.duckdb`), the held-out generations to `heldout_cache.duckdb`, both in
@@ -52,6 +53,7 @@ POOLS = ("rl", "eval")
 METRICS_FILE = "metrics.json"
 PROMPTS_FILE = "prompts.jsonl"
 HELDOUT_FILE = "heldout.json"
+SELECTION_FILE = "prompt_selection.json"  # what the prompt choice left out
 TRAINED_FILE = "trained.json"
 REWARDS_PLOT = "rewards.png"
 
@@ -87,10 +89,18 @@ def _prompts(config, store, plan: Plan):
     from pipeline.sft.queries import load_queries
 
     rl = config.rl
-    chosen = select_targets(target_turns(store, "rl"), rl.max_prompts, rl.seed)
-    queries = load_queries(plan.snapshot_dir, "rl", chosen, rl.max_history_chars)
+    too_long = 0
+    if rl.max_prompt_tokens is None:
+        chosen = select_targets(target_turns(store, "rl"), rl.max_prompts, rl.seed)
+        queries = load_queries(plan.snapshot_dir, "rl", chosen, rl.max_history_chars)
+    else:  # every target ranked, the long ones left out, then the choice
+        ranked = select_targets(target_turns(store, "rl"), None, rl.seed)
+        queries, too_long = _fitting(config, plan, load_queries(plan.snapshot_dir, "rl", ranked, rl.max_history_chars))
+        queries = queries[: rl.max_prompts] if rl.max_prompts is not None else queries
+        chosen = [(q.trajectory_id, q.turn_index) for q in queries]
     prompts = build_prompts(queries, verifiers(store, chosen), rl.control_fraction, rl.seed)
     write_prompts(plan.prompts_path, prompts)
+    write_text_atomic(plan.output_dir / SELECTION_FILE, json.dumps({"prompts_too_long": too_long}) + "\n")
     with store.transaction() as tx:
         tx.execute("DELETE FROM rl_prompts WHERE run = ?", [plan.fingerprint])
         tx.executemany(
@@ -99,6 +109,19 @@ def _prompts(config, store, plan: Plan):
               p.control, p.control_instruction] for p in prompts],
         )
     return prompts
+
+
+def _fitting(config, plan: Plan, queries):
+    """The queries whose RL prompt (control instruction included) fits `rl.max_prompt_tokens` in the policy's
+    tokenizer and chat template, as TRL renders it, in their order; and how many did not."""
+    from pipeline.rl.prompts import build_prompts, prompt_tokens
+    from pipeline.training.trainer import load_tokenizer_with_chatml
+
+    tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
+    rl = config.rl
+    prompts = build_prompts(queries, {}, rl.control_fraction, rl.seed)
+    fits = [prompt_tokens(tokenizer, prompt.messages) <= rl.max_prompt_tokens for prompt in prompts]
+    return [query for query, fit in zip(queries, fits) if fit], fits.count(False)
 
 
 def _heldout_queries(config, plan: Plan):
@@ -181,8 +204,9 @@ def _summary(metrics: dict[str, Any]) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
     resumed = f", resumed from step {metrics['resumed_from_step']}" if metrics.get("resumed_from_step") else ""
+    too_long = f" ({metrics['prompts_too_long']} over rl.max_prompt_tokens left out)" if metrics.get("prompts_too_long") else ""
     return (
-        f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts{resumed}; mean reward "
+        f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts{too_long}{resumed}; mean reward "
         f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step); "
         f"held-out judge score {number(metrics['heldout_score_before'])} -> {number(metrics['heldout_score_after'])}"
         + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
@@ -329,6 +353,7 @@ def record(store, plan: Plan) -> StageResult:
             "prompts_with_verifier": sum(1 for p in prompts if p.verifier is not None),
             # A control instruction sets the verifier aside (pipeline/rl/rewards.py).
             "prompts_with_rule_reward": sum(1 for p in prompts if p.verifier is not None and not p.control),
+            **_selection(plan),
             **json.loads(trained_file.read_text()),
             **heldout_metrics(scores),
             **following,
@@ -340,6 +365,11 @@ def record(store, plan: Plan) -> StageResult:
     adopt_answers(store, plan.output_dir / HELDOUT_CACHE)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     return _result(plan, metrics, _tables(plan, prompts), summary)
+
+
+def _selection(plan: Plan) -> dict[str, Any]:
+    path = plan.output_dir / SELECTION_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def run(config, store) -> StageResult:

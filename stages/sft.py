@@ -16,8 +16,9 @@ Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker wh
 2. `train`, from files only: the held-out queries predicted by the model before SFT, training
    through the shared packed Trainer path (pipeline/training/trainer.py), resuming from its last
    checkpoint, the held-out queries predicted again by the trained model;
-3. `record`, on the data side: the judge scores both sets of held-out predictions; the checkpoint
-   is registered; `metrics.json` marks the run complete.
+3. `record`, on the data side: the judge scores both sets of held-out predictions, which then join
+   the store's answer cache (evaluation asks the CPT and SFT checkpoints the same queries); the
+   checkpoint is registered; `metrics.json` marks the run complete.
 
 The target of a kept sample ends with the winner's thinking followed by the *real* observation,
 not the winner's prediction: the judge admits a prediction that differs from the environment where

@@ -9,7 +9,7 @@ import torch
 
 from pipeline.config.model import TinyModelConfig
 from pipeline.llm import kv_cache
-from pipeline.llm.kv_cache import ReservedCache, ReservedLayer
+from pipeline.llm.kv_cache import ReservedCache, ReservedLayer, cache_keyword
 from pipeline.training.tiny_model import build_tiny_model
 
 
@@ -36,7 +36,7 @@ def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     seen = []
     with torch.inference_mode():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache},
                        use_cache=True).logits[:, -1]
         last = positions[:, -1]
         for step in range(steps):
@@ -51,7 +51,7 @@ def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None
                 mask, last = mask[:, :-1], last - 1
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)
             last = last + 1
-            logits = model(input_ids=token, attention_mask=mask, position_ids=last[:, None], past_key_values=cache,
+            logits = model(input_ids=token, attention_mask=mask, position_ids=last[:, None], **{cache_keyword(model): cache},
                            use_cache=True).logits[:, -1]
     return seen
 
@@ -87,3 +87,20 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
     assert layer.get_seq_length() == 9
     keys, _ = layer.update(new, new)
     assert torch.equal(keys, torch.cat([first[..., 2:, :], new, new], dim=-2))
+
+
+@pytest.mark.parametrize("lengths, groups", [
+    ([600], [[0]]),
+    ([300, 310, 320], [[0, 1, 2]]),  # alike: one prefill
+    ([1500, 300, 320, 1400], [[1, 2], [3, 0]]),  # short with short, long with long
+    ([100, 1000], [[0], [1]]),  # one padded batch would run 2,000 tokens for 1,100
+])
+def test_prompts_are_prefilled_in_groups_of_similar_length(lengths, groups):
+    from pipeline.llm.batching import PREFILL_PADDING, length_groups
+
+    found = length_groups(lengths)
+    assert found == groups
+    assert sorted(i for group in found for i in group) == list(range(len(lengths)))
+    for group in found:
+        longest = max(lengths[i] for i in group)
+        assert len(group) * longest <= (1 + PREFILL_PADDING) * sum(lengths[i] for i in group)

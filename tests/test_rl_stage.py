@@ -135,3 +135,24 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         finished = rl.run(config, store).metrics
     assert (finished["resumed_from_step"], finished["first_step_this_run"], finished["global_step"]) == (
         RL_FIELDS["max_steps"], None, RL_FIELDS["max_steps"])
+
+
+def test_prompts_over_max_prompt_tokens_are_left_out_before_the_choice_and_counted(workspace):
+    """`rl.max_prompt_tokens`: every prompt within it as TRL renders it (chat template, generation prompt),
+    none over it, still up to `max_prompts` of them, and the count left out in the stage's selection record."""
+    from pipeline.rl.prompts import prompt_tokens, read_prompts
+    from pipeline.training.models import load_tokenizer
+
+    _, config = workspace
+    tokenizer = load_tokenizer(str(tiny_model_dir(config)))
+    with Store(config.workspace.database_path) as store:
+        everything = read_prompts(rl.prepare(config, store).prompts_path)
+        lengths = sorted(prompt_tokens(tokenizer, prompt.messages) for prompt in everything)
+        limit = lengths[len(lengths) // 2]
+        capped = config.model_copy(update={"rl": config.rl.model_copy(update={"max_prompt_tokens": limit, "max_prompts": 3})})
+        plan = rl.prepare(capped, store)
+    kept = read_prompts(plan.prompts_path)
+    assert len(kept) == 3 and [p.prompt_index for p in kept] == [0, 1, 2]
+    assert all(prompt_tokens(tokenizer, p.messages) <= limit for p in kept)
+    selection = json.loads((plan.output_dir / rl.SELECTION_FILE).read_text())
+    assert selection["prompts_too_long"] >= 1

@@ -13,6 +13,8 @@ What attention sees is a view of the filled part of each buffer. Anything that a
 `crop`, `reset`) replaces the buffer with exactly what it assigns, and the next token reserves again.
 """
 
+import inspect
+
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 # Room reserved past the filled length when a buffer grows: at least this many tokens, or half the
@@ -87,3 +89,9 @@ class ReservedCache(DynamicCache):
     def __init__(self):
         super().__init__()
         self.layer_class_to_replicate = ReservedLayer
+
+
+def cache_keyword(model) -> str:
+    """The name a model's forward takes its cache by: transformers 5 renamed `past_key_values` to `cache`
+    (the old name warns, and goes in 5.40)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

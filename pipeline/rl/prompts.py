@@ -89,6 +89,12 @@ def build_prompts(queries: Sequence[Query], verifier_code: dict[tuple[str, int],
     return prompts
 
 
+def prompt_tokens(tokenizer, messages: Sequence[dict[str, str]]) -> int:
+    """A prompt's length as GRPOTrainer tokenises it: the chat template with the generation prompt."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def write_prompts(path: Path, prompts: Sequence[RLPrompt]) -> None:
     from pipeline.store.atomic_files import write_text_atomic
 

@@ -13,7 +13,9 @@ name its fault hook answers to. `train`:
    appear whole or not at all: pipeline/training/checkpoints.py); one already at `max_steps` is
    loaded without another step (`finish_without_training`);
 4. measures the held-out cross-entropy at step 0 (a fresh run only: a resumed run finds it in the
-   checkpoint's log history), trains `max_steps` optimizer steps, measures it again;
+   checkpoint's log history; and not at all when the run that trained the base model measured these
+   very sequences after its last step, `heldout_ce.json` beside its model: SFT's held-out windows are
+   CPT's, so SFT's "before" is CPT's "after"), trains `max_steps` optimizer steps, measures it again;
 5. saves the model and tokenizer to `job.model_dir`, with `<|im_end|>` among the end-of-sequence ids
    so generation stops where a training turn ends; returns a `TrainingOutcome`.
 
@@ -28,6 +30,7 @@ the steps, no evaluation during training (step 0 and the end only), CPU when the
 accelerator, bf16 where the GPU supports it unless the model dtype is float16.
 """
 
+import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -38,6 +41,7 @@ from typing import Any
 from pipeline.config.training import TrainingSettings
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
+from pipeline.store.atomic_files import write_text_atomic
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import (
     AtomicCheckpoints,
@@ -60,6 +64,9 @@ from pipeline.training.tiny_model import IM_END
 from pipeline.training.token_loss import install_token_loss, resolve_loss_implementation
 
 log = logging.getLogger(__name__)
+
+# Beside a run's model folder: the held-out cross-entropy its model reached, and which sequences it is of.
+HELDOUT_CE_FILE = "heldout_ce.json"
 
 
 @dataclass(slots=True)
@@ -110,6 +117,23 @@ def observation_cross_entropy(prediction) -> dict[str, float]:
     count as the "label", gathered from every process."""
     count = int(prediction.label_ids.sum())
     return {"observation_ce": float(prediction.predictions.sum()) / count, "observation_tokens": count}
+
+
+def _sequences_digest(sequences: ParquetSequences) -> str:
+    """What a held-out cross-entropy is of: the sequences' tokens, labels and mask spans."""
+    import hashlib
+
+    payload = json.dumps(sequences.table.to_pydict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _measured_by_base(base_ref: str, digest: str) -> float | None:
+    """The held-out cross-entropy the base model's own run measured on the same sequences, if it did."""
+    record = Path(base_ref).parent / HELDOUT_CE_FILE
+    if not Path(base_ref).is_dir() or not record.is_file():
+        return None
+    measured = json.loads(record.read_text())
+    return measured["observation_ce"] if measured.get("eval_sequences") == digest else None
 
 
 def _packed_trainer_class():
@@ -247,9 +271,12 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     held_out = PackedSequences(ParquetSequences(list(job.eval_files)), settings.max_length, settings.seed)
     devices = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun / accelerate launch
     accumulation = accumulation_steps(settings, devices)
+    digest = _sequences_digest(held_out.sequences) if len(held_out) else None
+    known_before = _measured_by_base(job.base_ref, digest) if digest else None
     # Built before the model: under `accelerate launch` with ZeRO-3 it switches from_pretrained to
     # sharded loading.
-    args = _training_arguments(config, job, fresh=resume is None, has_eval=len(held_out) > 0, accumulation=accumulation)
+    args = _training_arguments(config, job, fresh=resume is None, has_eval=len(held_out) > 0 and known_before is None,
+                               accumulation=accumulation)
     attention = packed_attention_implementation()
     loss = resolve_loss_implementation(settings.loss)
     model = load_causal_lm(job.base_ref, config.model.dtype, config.model.trust_remote_code, attention)
@@ -290,10 +317,15 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
     save_model_atomic(trainer, job.model_dir)
+    if after and trainer.is_world_process_zero():
+        write_text_atomic(job.model_dir.parent / HELDOUT_CE_FILE, json.dumps(
+            {"eval_sequences": digest, "observation_ce": after["eval_observation_ce"]}) + "\n")
 
     history = trainer.state.log_history
+    before = known_before if known_before is not None else next(
+        (h["eval_observation_ce"] for h in history if "eval_observation_ce" in h), None)
     return TrainingOutcome(
-        eval_ce_before=next((h["eval_observation_ce"] for h in history if "eval_observation_ce" in h), None),
+        eval_ce_before=before,
         eval_ce_after=after.get("eval_observation_ce"),
         eval_tokens_scored=after.get("eval_observation_tokens"),
         global_step=trainer.state.global_step,
