@@ -1,5 +1,7 @@
-"""Shared fixtures: a config whose workspace lives in tmp_path, and the public trajectories."""
+"""Shared fixtures: a config whose workspace lives in tmp_path, the public trajectories, and a tiny random
+chat model (built offline, once per session)."""
 
+import random
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,17 @@ def config(tmp_path: Path) -> SimulacraConfig:
 def store(config: SimulacraConfig):
     with Store(config.workspace.database_path) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tmp_path_factory) -> Path:
+    """A tiny random Qwen3-shaped model with a ChatML template, its tokenizer trained on shell-like words:
+    for tests of decoding and caching, where what the model says does not matter."""
+    from pipeline.config.model import TinyModelConfig
+    from pipeline.training.tiny_model import build_tiny_model
+
+    rng = random.Random(3)
+    words = "ls cat grep notes total root file error json value true false".split()
+    corpus = tmp_path_factory.mktemp("corpus") / "text.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(16)) for _ in range(500)), encoding="utf-8")
+    return build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny-chat")

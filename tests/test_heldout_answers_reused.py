@@ -9,14 +9,10 @@ queries (the first of one seeded ranking) in the same format and sampling, so it
 - the demo config keeps them the same: equal seeds, history, token budgets.
 """
 
-import random
 from pathlib import Path
-
-import pytest
 
 from pipeline.config import load_config
 from pipeline.config.llm import EndpointConfig
-from pipeline.config.model import TinyModelConfig
 from pipeline.evaluation.prompting import NON_THINKING, RL_THINKING, THINKING, query_messages
 from pipeline.llm.cache import adopt_answers
 from pipeline.llm.client import ChatRequest, open_client
@@ -24,7 +20,6 @@ from pipeline.prompts.rl import rl_messages
 from pipeline.sft.queries import Query, choose_targets
 from pipeline.store.database import Store
 from pipeline.store.schema import ScoredTurn, SystemPrompt
-from pipeline.training.tiny_model import build_tiny_model
 from stages.sft import _heldout_messages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,17 +32,8 @@ QUERY = Query(
 )
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    rng = random.Random(3)
-    words = "ls cat grep notes total root file error json value".split()
-    corpus = tmp_path_factory.mktemp("corpus") / "text.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(16)) for _ in range(500)), encoding="utf-8")
-    return build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny")
-
-
-def test_adopted_answers_are_served_from_the_store_without_loading_the_model(tiny, tmp_path):
-    endpoint = EndpointConfig(backend="transformers", model=str(tiny), temperature=0.0, max_tokens=8, device="cpu")
+def test_adopted_answers_are_served_from_the_store_without_loading_the_model(tiny_chat_model, tmp_path):
+    endpoint = EndpointConfig(backend="transformers", model=str(tiny_chat_model), temperature=0.0, max_tokens=8, device="cpu")
     requests = [ChatRequest(query_messages(QUERY, fmt)) for fmt in (NON_THINKING, THINKING, RL_THINKING)]
     scratch_path = tmp_path / "run" / "heldout_cache.duckdb"
     scratch_path.parent.mkdir()

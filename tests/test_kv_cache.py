@@ -1,28 +1,20 @@
 """The reserved KV cache (pipeline/llm/kv_cache.py) decodes exactly as transformers' DynamicCache: the same
 logits step by step, through left-padded prompts, rows leaving the batch, a crop, and growth past the
-room it reserved; and the continuous batch, which uses it, answers as one `generate` call per row."""
-
-import random
+room it reserved (the continuous batch's own tests, tests/test_llm_transformers.py and tests/test_serve.py,
+run on it); and the decoder prefills prompts in groups of similar length."""
 
 import pytest
 import torch
 
-from pipeline.config.model import TinyModelConfig
 from pipeline.llm import kv_cache
 from pipeline.llm.kv_cache import ReservedCache, ReservedLayer, cache_keyword
-from pipeline.training.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
+def tiny_model(tiny_chat_model):
     from pipeline.training.models import load_causal_lm
 
-    rng = random.Random(1)
-    words = "ls cat grep total root file error json value true false".split()
-    corpus = tmp_path_factory.mktemp("corpus") / "text.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(16)) for _ in range(500)), encoding="utf-8")
-    folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny")
-    return load_causal_lm(str(folder)).eval()
+    return load_causal_lm(str(tiny_chat_model)).eval()
 
 
 def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None):
