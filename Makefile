@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cpu_training_step.py
 	$(BIN)/python bench/local_decoding.py
 	$(BIN)/python bench/kv_cache.py
+	$(BIN)/python bench/batches_in_flight.py
 
 clean-demo:
 	rm -rf simulacra-workspace

@@ -5,8 +5,9 @@ Three steps, as CPT and SFT, so a GPU deployment can run the middle one (flows/g
    registered SFT checkpoint, else CPT's, else `model.base` / the workspace's tiny model); a Parquet
    snapshot of the rl and eval pools; the fingerprint and the run's folder; the prompts
    (pipeline/rl/prompts.py: the rl pool's one target turn per trajectory, a seeded choice of
-   `rl.max_prompts` among those within `rl.max_prompt_tokens`, in the RL template, with the turn's verifier and a seeded control instruction
-   on `rl.control_fraction` of them), written to `prompts.jsonl` and recorded in `rl_prompts`; the
+   `rl.max_prompts` among those within `rl.max_prompt_tokens`, in the RL template, with the turn's
+   verifier and a seeded control instruction on `rl.control_fraction` of them), written to
+   `prompts.jsonl` and recorded in `rl_prompts`; the
    held-out eval targets, written to `heldout.json`;
 2. `train` (every training process, files only, never the store): the held-out predictions of the
    starting model (plain, and with a control instruction each where RL trains them); GSPO with TRL's GRPOTrainer (pipeline/rl/training.py), rewards from

@@ -79,9 +79,10 @@ def test_every_path_not_read_is_named_with_its_reason_and_the_exit_status_says_s
 def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     big = tmp_path / "big.jsonl"
     lines = TERMINAL.read_bytes().splitlines()
-    # Distinct records (content-hash ids), enough that ingestion is still running when the signal comes.
+    # Distinct records (content-hash ids), enough that ingestion is still running when the signal comes
+    # (at 60 copies a slow machine once reached the size below only as ingestion ended).
     with big.open("wb") as handle:
-        for copy in range(60):
+        for copy in range(120):
             for line in lines:
                 handle.write(line.replace(b'"task": "', f'"task": "[{copy}] '.encode(), 1) + b"\n")
     workspace = tmp_path / "ws"

@@ -72,12 +72,10 @@ def batch_seed(seed: int, requests: list[ChatRequest]) -> int:
 
 class TransformersBackend:
     name = "transformers"
-    # Batches in flight: the decoder takes rows from all of them, so a row that finishes is replaced at
-    # once. A batch is answered (and committed) when its last row ends, so a batch with one answer running
-    # to `max_tokens` holds its slot that long: with two slots, two such batches left the decoder two rows
-    # to decode. Four keep it full (README, "Performance"). Budget-forced requests (one `generate` call a
-    # batch) take turns.
-    max_in_flight = 4
+    # Two batches in flight: one decoding, the next waiting in the scheduler, so a row that finishes is
+    # replaced at once. Four measured no faster (bench/batches_in_flight.py: 197 s against 180 s on 24 sampled
+    # demo requests). Budget-forced requests (one `generate` call each batch) take turns.
+    max_in_flight = 2
 
     def __init__(self, endpoint: EndpointConfig):
         if not endpoint.model:
@@ -163,7 +161,7 @@ class TransformersBackend:
 
     async def _decode(self, scheduler, requests: list[ChatRequest]) -> list[Completion]:
         """The requests as rows of the continuous batch: each leaves it when it ends, and a waiting row
-        (the client keeps more batches queued, `max_in_flight`) takes its place."""
+        (the client keeps a second batch queued, `max_in_flight`) takes its place."""
         from pipeline.llm.batching import Row, Sampling
 
         _, tokenizer, stops = self._load()
