@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +50,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def api(url: str, body: dict | None = None) -> dict:
+def api(url: str, body: dict | None = None, attempts: int = 5) -> dict:
+    """One call to the server's REST API. A 429, 502 or 503 is retried with backoff, as Prefect's own client
+    retries them: a loaded machine once got a 503 from `create_flow_run` while the server's database was busy."""
     request = urllib.request.Request(
         url, data=None if body is None else json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code not in (429, 502, 503) or attempt == attempts - 1:
+                raise
+            time.sleep(2 ** attempt)
 
 
 def alive(pid: int) -> bool:
