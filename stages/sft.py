@@ -76,11 +76,6 @@ class Plan(RunPlan):
 
 
 def _plan(config, store) -> Plan:
-    if config.sft.max_length < config.cpt.max_length:
-        raise UserFixableError(
-            f"sft.max_length ({config.sft.max_length}) must be at least cpt.max_length ({config.cpt.max_length}): "
-            "SFT measures its held-out CE on CPT's eval windows, packed into rows of sft.max_length"
-        )
     base_ref = sft_base_ref(config, store)
     if not target_turns(store, "sft"):
         raise UserFixableError("pool 'sft' has no target turns: run `simulacra split` first (or give the sft pool a share)")
@@ -414,6 +409,7 @@ def train(config, plan: Plan) -> None:
         trainer_dir=plan.trainer_dir,
         model_dir=plan.model_dir,
         settings=config.sft,
+        eval_max_length=config.cpt.max_length,  # the held-out windows are CPT's, whatever SFT's rows
     )
     outcome = train_model(config, job)
     if not outcome.is_main_process:

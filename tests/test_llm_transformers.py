@@ -222,3 +222,24 @@ def test_a_cancelled_request_leaves_the_batch_and_the_connection_closes(tiny):
 
     asyncio.run(ask_then_cancel())
     assert backend.scheduler.cancelled == 4
+
+
+def test_int8_weights_answer_every_request_under_keys_of_their_own(tiny, tmp_path):
+    """`quantize: int8` decodes with int8 linear layers: every request answered, cached apart from the float
+    model's answers (they differ), and the generator's label differs too, so SFT never mixes the two."""
+    import torch
+
+    from pipeline.config.sft import GeneratorConfig
+    from pipeline.llm.cache import sampling_parameters
+    from pipeline.sft.generators import generator_label
+
+    quantized, client = answers(tiny, tmp_path, "int8", temperature=0, batch_size=5, quantize="int8")
+    assert all(a.text is not None and a.error is None and 1 <= a.completion_tokens <= 12 for a in quantized)
+    model = client.backend._loaded[0]
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every linear layer is quantized
+    float_config = EndpointConfig(backend="transformers", model=str(tiny), device="cpu")
+    int8_config = float_config.model_copy(update={"quantize": "int8"})
+    assert sampling_parameters(int8_config) != sampling_parameters(float_config)
+    assert "quantize" not in sampling_parameters(float_config)  # float answers keep the keys they had
+    labels = {generator_label(GeneratorConfig(samples=2, endpoint=e), "base", "pools") for e in (float_config, int8_config)}
+    assert len(labels) == 2

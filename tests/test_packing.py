@@ -123,6 +123,19 @@ def test_the_collator_pads_rows_to_full_width_as_an_isolated_unlabelled_tail():
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]]
 
 
+def test_a_batch_with_a_row_longer_than_the_width_takes_the_wider_width():
+    """SFT's held-out rows (CPT's windows) may be longer than its training rows: each keeps one shape."""
+    collate = PackedCollator(pad_token_id=0, width=4, wider=8)
+    short = {"input_ids": [5, 6, 7], "labels": [5, 6, 7], "shift_labels": [6, 7, -100], "position_ids": [0, 1, 2]}
+    long = {"input_ids": [5] * 6, "labels": [5] * 6, "shift_labels": [5] * 5 + [-100], "position_ids": list(range(6))}
+    assert collate([short])["input_ids"].shape == (1, 4)
+    batch = collate([short, long])
+    assert batch["input_ids"].shape == (2, 8)
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 0, 1]]
+    with pytest.raises(ValueError, match="longer than the collator's widths"):
+        collate([{**long, "input_ids": [5] * 9}])
+
+
 def packed_row(lengths):
     """A row as PackedSequences makes it, of sequences of these lengths (tokens and labels arbitrary)."""
     ids = [7] * sum(lengths)

@@ -114,3 +114,16 @@ def test_an_empty_rationale_fails_the_candidate_as_empty_thinking(tmp_path):
         made, _ = generator(server, store)
         texts = made.generate([(QUERIES[0], 0)])
     assert parse_candidate(texts[0].text).status == "empty_thinking"
+
+
+def test_a_local_model_decodes_rationales_in_wider_batches_than_observations(tmp_path):
+    """Rationale requests are short, so more rows a step pay for them (48 rows: 45 s against 79 s at 8 on the
+    demo's 48); the observations keep the endpoint's `batch_size`."""
+    from pipeline.sft.generators import RATIONALE_BATCH_ROWS
+
+    config = GeneratorConfig(kind="endpoint", samples=2, rationale=True, thinking_budget=32,
+                             endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "batch_size": 8})
+    with Store(tmp_path / "store.duckdb") as store:
+        _, (observer, explainer) = build_generators([config], store, None, "unused", "pools")
+    assert observer.backend.batch_size == 8  # the model is loaded on the first request, never here
+    assert explainer.backend.batch_size == RATIONALE_BATCH_ROWS > 8

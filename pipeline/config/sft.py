@@ -155,7 +155,8 @@ class SFTConfig(TrainingSettings):
         ge=64,
         description="Longest training sequence, and the length of a packed row. A sample longer than this drops its "
         "oldest history turns (counted); one whose system prompt, action and target alone do not fit is skipped "
-        "(counted). At least `cpt.max_length`: the held-out windows are CPT's.",
+        "(counted). May be shorter than `cpt.max_length`: the held-out CE is still measured on CPT's windows, in "
+        "rows of their own length.",
     )
     # --- training: optimisation and checkpoints (TrainingSettings, SFT's defaults) ----------------
     learning_rate: float = Field(

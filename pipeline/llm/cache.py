@@ -37,6 +37,9 @@ def sampling_parameters(endpoint: EndpointConfig) -> dict[str, Any]:
     # A local model's loop stop shapes its answers; only when on, so answers cached without it keep their keys.
     if endpoint.backend == "transformers" and endpoint.stop_on_repetition is not None:
         parameters["stop_on_repetition"] = endpoint.stop_on_repetition
+    # Quantized weights answer otherwise; only when on, so answers of the float model keep their keys.
+    if endpoint.backend == "transformers" and endpoint.quantize is not None:
+        parameters["quantize"] = endpoint.quantize
     return parameters
 
 

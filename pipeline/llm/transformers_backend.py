@@ -70,6 +70,26 @@ def batch_seed(seed: int, requests: list[ChatRequest]) -> int:
     return int(digest[:8], 16)
 
 
+def int8_weights(model):
+    """The model with every linear layer's weights in int8, one scale per output channel, activations quantized
+    per batch as they come (torch's dynamic quantization: fbgemm kernels, CPU only). Decoding a small model
+    on a CPU is bound by reading its weights each step; a quarter of the bytes is most of the gain."""
+    import warnings
+
+    import torch
+
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("transformers backend: `quantize: int8` runs on a CPU only (set `device: cpu`, or leave it unset on a GPU)")
+    # torch.ao.quantization announces its move to torchao (not a dependency here); torch 2.13, the pinned
+    # version, has it whole, and tests/test_llm_transformers.py fails the day a torch upgrade removes it.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
 class TransformersBackend:
     name = "transformers"
     # Two batches in flight: one decoding, the next waiting in the scheduler, so a row that finishes is
@@ -100,6 +120,8 @@ class TransformersBackend:
                 raise ValueError(f"transformers backend: the tokenizer of {ref} has no chat template")
             tokenizer.padding_side = "left"
             model = load_causal_lm(ref).to(_device(self.endpoint.device)).eval()
+            if self.endpoint.quantize == "int8":
+                model = int8_weights(model)
             stops = {tokenizer.eos_token_id}
             if IM_END in tokenizer.get_vocab():
                 stops.add(tokenizer.convert_tokens_to_ids(IM_END))

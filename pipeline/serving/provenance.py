@@ -8,8 +8,8 @@ was trained at (issue 17, item 17).
   read from the local folder or the Hugging Face cache, never downloaded); the tiny offline model is
   built by this project from nothing, so it carries the project's licence; otherwise `other`, which
   the Hub accepts and the card explains.
-- `context_length`: the longest sequence the exported checkpoint's stage trained on (`cpt.max_length`,
-  `sft.max_length`; RL trains from the SFT model on SFT-shaped prompts), capped at the architecture's
+- `context_length`: the longest sequence the exported checkpoint trained on (`cpt.max_length`; after SFT
+  the longer of it and `sft.max_length`; RL trains from the SFT model on SFT-shaped prompts), capped at the architecture's
   maximum. A server that allows the architecture's 40,960 tokens lets a client send histories the model
   never saw; servers enforce this one.
 - `max_history_chars`: the character budget of the history training gave each query (sft, rl), which
@@ -84,7 +84,8 @@ def provenance(config) -> Provenance:
 
 def context_length(config, stage: str | None, fmt_name: str, model_dir: Path) -> int:
     trained_by = stage if stage in ("cpt", "sft", "rl") else fmt_name
-    trained = config.cpt.max_length if trained_by == "cpt" else config.sft.max_length
+    # SFT and RL start from the CPT model: it has trained on CPT's windows too, and SFT's rows may be shorter.
+    trained = config.cpt.max_length if trained_by == "cpt" else max(config.cpt.max_length, config.sft.max_length)
     return min(trained, architecture_length(model_dir))
 
 

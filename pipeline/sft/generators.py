@@ -27,6 +27,11 @@ def resolved_endpoint(endpoint, base_ref: str):
 
 # The rationale request's token budget when `thinking_budget` is None: the prompt's one to three sentences.
 DEFAULT_RATIONALE_TOKENS = 96
+# Rows a local model decodes rationales in at once. A rationale request is short (about 170 prompt tokens, at
+# most its budget in answer), so a step of many rows costs little more than one of few: the demo's 48 took
+# 45 s at 48 rows against 79 s at 8 (same answers). Observations keep the endpoint's `batch_size`: their long
+# prompts and tails gain nothing from more rows (README, "Performance").
+RATIONALE_BATCH_ROWS = 48
 
 
 def thinking_budget(config: GeneratorConfig) -> int | None:
@@ -42,7 +47,9 @@ def _output_shaping(endpoint) -> tuple:
     """What changes an endpoint's answers (the cache key's view): not its URL, key or concurrency, nor
     a local model's path (its content: a moved workspace keeps its candidates)."""
     model = model_key(endpoint.backend, endpoint.model)
-    return (endpoint.backend, model, endpoint.temperature, endpoint.top_p, endpoint.max_tokens, endpoint.seed)
+    shaping = (endpoint.backend, model, endpoint.temperature, endpoint.top_p, endpoint.max_tokens, endpoint.seed)
+    # Only when on, so the labels (and candidates) of float generators stay what they were.
+    return shaping + (("quantize", endpoint.quantize),) if endpoint.quantize is not None else shaping
 
 
 def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
@@ -105,7 +112,8 @@ def _rationale_endpoint(endpoint, tokens: int, store, role: str):
     from pipeline.llm.client import ChatRequest, open_client
 
     observer = open_client(endpoint, store, role)
-    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens}), store, f"{role}.rationale")
+    wider = {"batch_size": max(endpoint.batch_size, RATIONALE_BATCH_ROWS)} if endpoint.backend == "transformers" else {}
+    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens, **wider}), store, f"{role}.rationale")
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
         observed = observer.complete_sync([ChatRequest(observation_messages(query), sample_index=k) for query, k in items])

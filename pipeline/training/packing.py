@@ -101,7 +101,9 @@ class PackedSequences:
 
 class PackedCollator:
     """Stacks packed rows into tensors `width` tokens wide (the row length, so every batch has one
-    shape: compiled attention kernels such as flex attention's are built once).
+    shape: compiled attention kernels such as flex attention's are built once). A batch with a row longer
+    than `width` is `wider` wide: SFT trains on rows shorter than the CPT windows its held-out
+    cross-entropy is measured on, and each of the two keeps one shape.
 
     With them, flash-attention's variable-length offsets over the batch read as one stream of
     `rows x width` tokens: `cu_seq_lens_q/k`, int32, where each sequence starts (a padding tail is
@@ -109,27 +111,37 @@ class PackedCollator:
     sequence as a Python int (flash-attn's kernels take an int; a tensor would cost a device sync
     per layer)."""
 
-    def __init__(self, pad_token_id: int, width: int):
+    def __init__(self, pad_token_id: int, width: int, wider: int | None = None):
         self.pad_token_id = pad_token_id
         self.width = width
+        self.wider = wider
+
+    def _width(self, rows: list[dict[str, list[int]]]) -> int:
+        longest = max((len(row["input_ids"]) for row in rows), default=0)
+        if longest <= self.width:
+            return self.width
+        if self.wider is not None and longest <= self.wider:
+            return self.wider
+        raise ValueError(f"a packed row of {longest} tokens is longer than the collator's widths ({self.width}, {self.wider})")
 
     def __call__(self, rows: list[dict[str, list[int]]]):
         import torch
 
-        shape = (len(rows), self.width)
+        width = self._width(rows)
+        shape = (len(rows), width)
         batch = {
             "input_ids": torch.full(shape, self.pad_token_id, dtype=torch.long),
             "labels": torch.full(shape, IGNORE_INDEX, dtype=torch.long),
             "shift_labels": torch.full(shape, IGNORE_INDEX, dtype=torch.long),
             # The padding tail counts from 0: a sequence of its own, isolated like the others.
-            "position_ids": torch.arange(self.width).repeat(len(rows), 1),
+            "position_ids": torch.arange(width).repeat(len(rows), 1),
             "attention_mask": torch.zeros(shape, dtype=torch.long),
         }
         for i, row in enumerate(rows):
             n = len(row["input_ids"])
             for name in ("input_ids", "labels", "shift_labels", "position_ids"):
                 batch[name][i, :n] = torch.tensor(row[name])
-            batch["position_ids"][i, n:] = torch.arange(self.width - n)
+            batch["position_ids"][i, n:] = torch.arange(width - n)
             batch["attention_mask"][i, :n] = 1
         # A sequence starts wherever positions restart at 0 (the packing's own boundaries, padding tails
         # included); offsets count across rows, as flash-attention flattens the batch before attending.

@@ -81,6 +81,9 @@ class TrainingJob:
     trainer_dir: Path  # checkpoints, the resume point
     model_dir: Path  # the final HF folder (model + tokenizer)
     settings: TrainingSettings
+    # The rows the held-out sequences are packed into (None: `settings.max_length`). SFT's are CPT's windows,
+    # which may be longer than the rows SFT trains on.
+    eval_max_length: int | None = None
     # Extra Trainer callbacks (a benchmark's timer).
     callbacks: Sequence[Any] = field(default_factory=tuple)
 
@@ -268,7 +271,8 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     resume = resume_checkpoint(job.trainer_dir)
     resumed_from = checkpoint_step(resume)
     train_rows = PackedSequences(ParquetSequences(list(job.train_files)), settings.max_length, settings.seed)
-    held_out = PackedSequences(ParquetSequences(list(job.eval_files)), settings.max_length, settings.seed)
+    eval_width = job.eval_max_length or settings.max_length
+    held_out = PackedSequences(ParquetSequences(list(job.eval_files)), eval_width, settings.seed)
     devices = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun / accelerate launch
     accumulation = accumulation_steps(settings, devices)
     digest = _sequences_digest(held_out.sequences) if len(held_out) else None
@@ -298,7 +302,8 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
             args=args,
             train_dataset=train_rows,
             eval_dataset=held_out if len(held_out) else None,
-            data_collator=PackedCollator(tokenizer.pad_token_id, settings.max_length),
+            data_collator=PackedCollator(tokenizer.pad_token_id, settings.max_length,
+                                         eval_width if eval_width > settings.max_length else None),
             processing_class=tokenizer,
             compute_metrics=observation_cross_entropy,
             callbacks=callbacks,
