@@ -127,3 +127,13 @@ def test_a_local_model_decodes_rationales_in_wider_batches_than_observations(tmp
         _, (observer, explainer) = build_generators([config], store, None, "unused", "pools")
     assert observer.backend.batch_size == 8  # the model is loaded on the first request, never here
     assert explainer.backend.batch_size == RATIONALE_BATCH_ROWS > 8
+
+
+def test_with_int8_observations_the_rationales_come_from_the_float_model(tmp_path):
+    """Observations only compete for selection; the thinking is what SFT teaches, and int8 weights made the
+    135M model's rationales off-topic, so the rationale client never quantizes."""
+    config = GeneratorConfig(kind="endpoint", samples=2, rationale=True, thinking_budget=32,
+                             endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "quantize": "int8"})
+    with Store(tmp_path / "store.duckdb") as store:
+        _, (observer, explainer) = build_generators([config], store, None, "unused", "pools")
+    assert observer.endpoint.quantize == "int8" and explainer.endpoint.quantize is None

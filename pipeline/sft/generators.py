@@ -59,7 +59,9 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
     if config.rationale:
-        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
+        # Rationales always come from the float model (`_rationale_endpoint`): a second tag marks that rule.
+        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config)) + (
+            ("float rationale",) if endpoint.quantize is not None else ())
     else:
         shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
     return f"{endpoint.backend}:{model}#{digest(*shaping)}"
@@ -113,7 +115,12 @@ def _rationale_endpoint(endpoint, tokens: int, store, role: str):
 
     observer = open_client(endpoint, store, role)
     wider = {"batch_size": max(endpoint.batch_size, RATIONALE_BATCH_ROWS)} if endpoint.backend == "transformers" else {}
-    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens, **wider}), store, f"{role}.rationale")
+    # The thinking that is taught comes from the float model even when the observations are sampled with int8
+    # weights: the demo's int8 rationales read "user\nHow does the action answer the question you answer.",
+    # its float ones "The cabinet 1 is open." (README, SFT). Observations only compete for selection, and the
+    # target observation is always the real one.
+    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens, "quantize": None, **wider}), store,
+                            f"{role}.rationale")
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
         observed = observer.complete_sync([ChatRequest(observation_messages(query), sample_index=k) for query, k in items])
