@@ -54,6 +54,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/local_decoding.py
 	$(BIN)/python bench/kv_cache.py
 	$(BIN)/python bench/batches_in_flight.py
+	$(BIN)/python bench/rationale_rows.py
+	$(BIN)/python bench/int8_decoding.py
+	$(BIN)/python bench/install.py
 
 clean-demo:
 	rm -rf simulacra-workspace
