@@ -59,9 +59,7 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
     if config.rationale:
-        # Rationales always come from the float model (`_rationale_endpoint`): a second tag marks that rule.
-        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config)) + (
-            ("float rationale",) if endpoint.quantize is not None else ())
+        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
     else:
         shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
     return f"{endpoint.backend}:{model}#{digest(*shaping)}"
