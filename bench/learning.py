@@ -13,12 +13,11 @@ continues where it stopped, and a rerun after a finished one only evaluates agai
 Budgets, read from the config and scaled so the bench follows the demo (the demo keeps each stage near a
 minute; these aim at 30-60 minutes in all on 2 cores with SmolLM2-135M-Instruct):
   cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x3.
-A `--set` of one of these fields is taken as given, not scaled (the smoke test's tiny budgets). More sft queries
-bring longer references: the demo caps its generator's observations at 192 tokens, its 20 queries' p95 being
-169, and at 40 the p95 is 304, so the sft stage stops on its budget check, naming the field. Give the
-generators again with a larger cap, as the measured run in the README does:
-  --set 'sft.generators=[{kind: endpoint, samples: 2, rationale: true, thinking_budget: 64,
-         endpoint: {backend: transformers, temperature: 0.8, max_tokens: 320, seed: 0, batch_size: 8}}]'
+A `--set` of one of these fields is taken as given, not scaled (the smoke test's tiny budgets). The sft stage
+checks its generators' `max_tokens` against the p95 of its queries' observations; since the queries that cannot
+fit `sft.max_length` are passed over (the demo's tool calls), that p95 is 36-47 tokens for 24 to 80 queries,
+well inside the demo's cap. (The measured run in the README predates that: its 40 queries held tool calls, whose
+observations took the p95 to 304, so it gave the generators again with `max_tokens: 320`.)
 Benchmark items get the history the checkpoints were trained on (`evaluate.max_history_chars`) unless
 `--set evaluate.benchmark.max_history_chars=...` says otherwise: a whole history would overrun the
 training window (demo: 2048 tokens) and score the truncation, not the stage.

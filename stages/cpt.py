@@ -45,6 +45,7 @@ from pipeline.training.runs import (
     claim_run_folder,
     launch_from_command_line,
     register_checkpoint,
+    release_resume_checkpoints,
     run_across_processes,
 )
 from pipeline.prompts.cpt import render_cpt_system_prompt
@@ -126,7 +127,8 @@ def _plan(config, store) -> Plan:
     base_ref = base_model_ref(config)
     _ensure_base_model(config, snapshot, base_ref)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.cpt.output_dir)
-    return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file())
+    return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file(),
+                keep_resume_checkpoints=config.workspace.keep_resume_checkpoints)
 
 
 def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
@@ -341,6 +343,7 @@ def record(store, plan: Plan) -> StageResult:
     stats_file = plan.sequences_dir / STATS_FILE
     stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
     register_checkpoint(store, STAGE, plan, metrics)
+    release_resume_checkpoints(plan, metrics_file)
     summary = f"already trained: {_summary(metrics)} ({plan.output_dir})" if plan.done else _summary(metrics)
     return _result(plan, metrics, stats, summary)
 

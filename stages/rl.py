@@ -81,7 +81,7 @@ def _plan(config, store) -> Plan:
     snapshot = export_snapshot(store, config.workspace.runs_dir / STAGE / "snapshots" / pools.replace(":", "-"), POOLS)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.rl.output_dir)
     return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file(),
-                config=config.model_dump(mode="json"))
+                keep_resume_checkpoints=config.workspace.keep_resume_checkpoints, config=config.model_dump(mode="json"))
 
 
 # -- 2. prompts -----------------------------------------------------------------------------------

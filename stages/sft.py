@@ -5,8 +5,9 @@ Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker wh
 1. `prepare`, on the data side, with the store: the model SFT starts from (the registered CPT
    checkpoint unless `sft.base_model`), a Parquet snapshot of the cpt, sft and eval pools, the
    fingerprint; then rejection sampling (pipeline/sft/sampling.py) over a seeded choice of the sft
-   pool's target turns (`sft.max_queries`): K candidates, strictly parsed, judged against the real
-   observation, the ones that pass `min_score` and the thinking check compared pairwise round robin
+   pool's target turns (`sft.max_queries`; a turn too long for `sft.max_length` even with the
+   shortest template and no history is passed over before anything is generated for it): K
+   candidates, strictly parsed, judged against the real observation, the ones that pass `min_score` and the thinking check compared pairwise round robin
    in both orders (by the LLM judge; the similarity judge's ranking decides alone), a keep/discard
    decision per query, every row committed as it is produced, so a killed run resumes where it was;
    then the training
@@ -83,7 +84,8 @@ def _plan(config, store) -> Plan:
     snapshot = export_snapshot(store, config.workspace.runs_dir / STAGE / "snapshots" / pools.replace(":", "-"), POOLS)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.sft.output_dir)
     done = (output_dir / METRICS_FILE).is_file()
-    return Plan(output_dir, snapshot, fingerprint, base_ref, done, pools=pools, config=config.model_dump(mode="json"))
+    return Plan(output_dir, snapshot, fingerprint, base_ref, done, config.workspace.keep_resume_checkpoints, pools=pools,
+                config=config.model_dump(mode="json"))
 
 
 # -- 2. sampling ----------------------------------------------------------------------------------
@@ -322,6 +324,43 @@ def _heldout_score(queries: list[Query], predictions: list[dict], judge) -> dict
     return {"queries": len(queries), "usable_predictions": len(usable), "mean_score": sum(scores) / len(scores)}
 
 
+def _choose_queries(sft, plan: Plan, store, tokenizer) -> tuple[list[Query], int]:
+    """The seeded choice of `sft.max_queries` queries among the sft pool's targets that can become a
+    training sample (pipeline/sft/samples.py `can_fit`), in rank order, and how many targets were passed
+    over on the way. A passed-over target would cost its candidates' generation and judging, then be
+    skipped as too long; the budget goes to the next one in rank instead. The choice is still the same
+    at every run, and a larger budget still takes a superset."""
+    from pipeline.sft.samples import can_fit, shortest_prompt
+    from pipeline.training.models import ensure_chatml_tokens
+    from pipeline.training.sequences import SequenceBuilder
+
+    ensure_chatml_tokens(tokenizer)
+    builder = SequenceBuilder(tokenizer, sft.max_length, sft.seed)
+    ranked = choose_targets(target_turns(store, "sft"), None, sft.seed)
+    wanted = len(ranked) if sft.max_queries is None else min(sft.max_queries, len(ranked))
+    chosen: list[Query] = []
+    passed_over = 0
+    shortest: dict[str, str] = {}  # per trajectory: its targets share the system prompt and its ten renderings
+    # A chunk of the ranking at a time: a budget of 20 reads 20-odd queries, not the whole pool.
+    chunk = max(64, 2 * wanted)
+    with progress_bar("sft queries checked against sft.max_length", total=wanted) as advance:
+        for start in range(0, len(ranked), chunk):
+            for query in load_queries(plan.snapshot_dir, "sft", ranked[start : start + chunk], sft.max_history_chars):
+                if len(chosen) == wanted:
+                    break
+                if query.trajectory_id not in shortest:
+                    rendered = [template.render(query.domain, query.system) for template in TEMPLATES]
+                    shortest[query.trajectory_id] = shortest_prompt(builder, rendered)
+                if can_fit(builder, shortest[query.trajectory_id], query.action, query.reference):
+                    chosen.append(query)
+                    advance(1)
+                else:
+                    passed_over += 1
+            if len(chosen) == wanted:
+                break
+    return chosen, passed_over
+
+
 def _check_generator_budgets(sft, tokenizer, queries: list[Query]) -> None:
     """Each model generator's `max_tokens` must at least hold the observations it predicts (with budget
     forcing the thinking has a budget of its own; a model that thinks freely needs more still)."""
@@ -344,10 +383,15 @@ def prepare(config, store) -> Plan:
     plan = _plan(config, store)
     if plan.done:
         return plan
-    chosen = choose_targets(target_turns(store, "sft"), sft.max_queries, sft.seed)
-    queries = load_queries(plan.snapshot_dir, "sft", chosen, sft.max_history_chars)
-    heldout = choose_targets(target_turns(store, "eval"), sft.eval_queries, sft.seed) if sft.eval_queries else []
     tokenizer = load_tokenizer(plan.base_ref, config.model.trust_remote_code)
+    queries, unfittable = _choose_queries(sft, plan, store, tokenizer)
+    if not queries:
+        raise UserFixableError(
+            f"none of the sft pool's {unfittable} target turns fits in sft.max_length ({sft.max_length} tokens) even "
+            "with the shortest system template and no history: raise sft.max_length"
+        )
+    chosen = [(query.trajectory_id, query.turn_index) for query in queries]
+    heldout = choose_targets(target_turns(store, "eval"), sft.eval_queries, sft.seed) if sft.eval_queries else []
     _check_generator_budgets(sft, tokenizer, queries)
     label = judge_label(sft.judge)
     judge, judge_client = build_judge(sft.judge, store)
@@ -375,6 +419,7 @@ def prepare(config, store) -> Plan:
     _plot_scores(store, plan, label, sampler.selection, queries, sft.min_score)
     sampling = {
         "queries": len(queries),
+        "queries_unfittable": unfittable,
         "kept": kept,
         "retention": kept / len(queries),
         "candidates_per_query": sft.candidates_per_query,
@@ -436,8 +481,9 @@ def _summary(metrics: dict[str, Any]) -> str:
         judged = f"; held-out judge score {metrics['heldout_score_before']:.2f} -> {metrics['heldout_score_after']:.2f}"
         if metrics.get("heldout_parse_rate_after") is not None:
             judged += f", thinking answers parsed {metrics['heldout_parse_rate_after']:.0%}"
+    passed = f" ({n} longer than sft.max_length passed over)" if (n := metrics.get("queries_unfittable")) else ""
     return (
-        f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%}), "
+        f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%}){passed}, "
         f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}{judged}"
     )
 

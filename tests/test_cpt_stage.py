@@ -162,6 +162,7 @@ def manual_observation_ce(model_dir, eval_parquet) -> float:
 def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path):
     config = cpt_config(tmp_path)
     config.orchestration.fail_stage = "cpt"  # fails once per workspace, after the first checkpoint
+    config.workspace.keep_resume_checkpoints = True  # the rotation below is checked on the kept checkpoints
     with Store(config.workspace.database_path) as store:
         fill_store(store)
         with pytest.raises(InjectedFault, match="step 8"):
@@ -224,6 +225,15 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
             finished.metrics["global_step"]) == (24, None, 24)
     assert finished.metrics["eval_observation_ce_after"] == pytest.approx(metrics["eval_observation_ce_after"], rel=1e-5)
     assert finished.metrics["eval_observation_ce_before"] == metrics["eval_observation_ce_before"]
+
+    # A completed run's resume checkpoints go when the workspace does not keep them, on the run that
+    # completes it or, as here, on a later one that finds it complete; the model and its registration stay.
+    config.workspace.keep_resume_checkpoints = False
+    with Store(config.workspace.database_path) as store:
+        again = cpt.run(config, store)
+        assert store.rows("SELECT path FROM checkpoints") == [{"path": str(run_dir / "model")}]
+    assert again.summary.startswith("already trained") and again.metrics == finished.metrics
+    assert list((run_dir / "trainer").glob("checkpoint-*")) == [] and (run_dir / "model" / "model.safetensors").is_file()
 
 
 def test_training_reads_only_the_prepared_files_and_the_data_side_records_it(tmp_path):
@@ -307,7 +317,9 @@ def test_a_kill_while_a_checkpoint_is_written_resumes_from_the_previous_checkpoi
     """Issue 8.1: SIGKILL inside the write of checkpoint-16; the rerun resumes from checkpoint-8."""
     fields = {"max_steps": 16, "save_steps": 8, "tokens_per_step": 1024, "micro_batch_rows": 4, "max_length": 256}
     config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace")}, "cpt": fields}))
+    # Kept checkpoints: the test reads the re-saved checkpoint-16 after the run completes.
+    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace"), "keep_resume_checkpoints": True},
+                                           "cpt": fields}))
     config = load_config(config_file)
     with Store(config.workspace.database_path) as store:
         fill_store(store, n_trajectories=30)

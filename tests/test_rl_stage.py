@@ -75,6 +75,7 @@ def workspace(tmp_path):
 
 def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
     config_file, config = workspace
+    config.workspace.keep_resume_checkpoints = True  # until the last part: it resumes from the last checkpoint
     child = subprocess.Popen(
         [sys.executable, "-m", "stages.rl", "--config", str(config_file)],
         cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -135,6 +136,12 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         finished = rl.run(config, store).metrics
     assert (finished["resumed_from_step"], finished["first_step_this_run"], finished["global_step"]) == (
         RL_FIELDS["max_steps"], None, RL_FIELDS["max_steps"])
+
+    # Complete, and the workspace does not keep resume checkpoints: the next run releases them, model kept.
+    config.workspace.keep_resume_checkpoints = False
+    with Store(config.workspace.database_path) as store:
+        assert rl.run(config, store).summary.startswith("already trained")
+    assert list(run_dir.glob("trainer/checkpoint-*")) == [] and (run_dir / "model" / "config.json").is_file()
 
 
 def test_prompts_over_max_prompt_tokens_are_left_out_before_the_choice_and_counted(workspace):

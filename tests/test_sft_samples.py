@@ -59,3 +59,24 @@ def test_a_long_sample_drops_its_oldest_history_first(tokenizer):
 def test_a_target_that_cannot_fit_is_skipped_not_cut(tokenizer):
     built = sft_sequence(SequenceBuilder(tokenizer, 40, 0), "t1", "S", HISTORY, "ls", TARGET * 5, 2)
     assert built.sequence is None and built.history_dropped == 2
+
+
+def test_can_fit_asks_of_the_smallest_sample_a_query_can_give(tokenizer):
+    from pipeline.sft.samples import can_fit, shortest_prompt
+
+    long_system, short_system = "SYSTEM PROMPT " * 30, "S"
+    reference = "notes.txt\n"
+    smallest = sft_sequence(SequenceBuilder(tokenizer, 4096, 0), "t", short_system, (), "ls",
+                            render_thinking_output("", reference), 0).sequence
+    exact = len(smallest.input_ids)
+    # The shortest template decides, whichever position it has among the ten; history never counts.
+    builder = SequenceBuilder(tokenizer, exact, 0)
+    assert shortest_prompt(builder, [long_system, short_system]) == short_system
+    assert shortest_prompt(builder, [short_system, long_system]) == short_system
+    assert can_fit(builder, short_system, "ls", reference)
+    assert not can_fit(SequenceBuilder(tokenizer, exact - 1, 0), short_system, "ls", reference)
+    assert not can_fit(builder, long_system, "ls", reference)
+    # What it passes can still be cut by history and thinking later (counted then), never the reverse:
+    # a query it refuses has no sample that fits.
+    real = sft_sequence(builder, "t", short_system, HISTORY, "ls", render_thinking_output("ls lists the files", reference), 0)
+    assert real.sequence is None

@@ -266,7 +266,10 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
     assert result.images["sft-score-distribution"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"sft-retention", "sft-decisions", "sft-candidates", "sft-judgements"} <= set(result.tables)
     assert again.summary.startswith("already trained")
-    assert_labels_are_the_thinking_then_the_real_observation(config, result.images["sft-score-distribution"].parent)
+    # Complete, so its resume checkpoints are gone (workspace.keep_resume_checkpoints false); its model is not.
+    run_dir = result.images["sft-score-distribution"].parent
+    assert list(run_dir.glob("trainer/checkpoint-*")) == [] and (run_dir / "model" / "model.safetensors").is_file()
+    assert_labels_are_the_thinking_then_the_real_observation(config, run_dir)
 
 
 def assert_labels_are_the_thinking_then_the_real_observation(config, run_dir: Path) -> None:
@@ -296,3 +299,47 @@ def assert_labels_are_the_thinking_then_the_real_observation(config, run_dir: Pa
         first = row["labels"].index(labelled[0])
         assert tokenizer.decode(row["input_ids"][:first]).endswith("<|im_start|>assistant\n")
 
+
+
+def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
+    """The choice takes `max_queries` targets that can become a sample, in rank order; the tool-call
+    targets, whose tool lists alone overrun short rows, are passed over and counted, and a larger
+    budget still takes a superset of a smaller one's."""
+    from pipeline.sft.queries import choose_targets, load_queries
+    from pipeline.sft.samples import can_fit, shortest_prompt
+    from pipeline.prompts.sft import TEMPLATES
+    from pipeline.store.snapshot import target_turns
+    from pipeline.training.models import ensure_chatml_tokens, load_tokenizer
+    from pipeline.training.sequences import SequenceBuilder
+    from stages import sft
+
+    root = workspace_copy(prepared, "fit")
+
+    def choose(max_queries: int, max_length: int):
+        overrides = {"workspace": {"path": str(root / "workspace")}, "model": {"base": str(root / "base-model")},
+                     "sft": {"base_model": str(root / "base-model"), "max_queries": max_queries, "max_length": max_length}}
+        config = load_config(None, [overrides])
+        with Store(config.workspace.database_path) as store:
+            plan = sft._plan(config, store)
+            tokenizer = load_tokenizer(plan.base_ref)
+            queries, passed_over = sft._choose_queries(config.sft, plan, store, tokenizer)
+            ranked = choose_targets(target_turns(store, "sft"), None, config.sft.seed)
+            every = load_queries(plan.snapshot_dir, "sft", ranked, config.sft.max_history_chars)
+        ensure_chatml_tokens(tokenizer)
+        builder = SequenceBuilder(tokenizer, max_length, 0)
+        fits = [can_fit(builder, shortest_prompt(builder, [t.render(q.domain, q.system) for t in TEMPLATES]), q.action,
+                        q.reference) for q in every]
+        return queries, passed_over, every, fits
+
+    queries, passed_over, every, fits = choose(6, 640)
+    assert 0 < sum(fits) < len(every)  # this length separates the pool: some fit, some never can
+    fitting = [q.query_id for q, fit in zip(every, fits) if fit]
+    assert [q.query_id for q in queries] == fitting[:6]
+    last = [q.query_id for q in every].index(queries[-1].query_id)
+    assert passed_over == sum(1 for fit in fits[: last + 1] if not fit) > 0
+    assert "mcp" in {q.domain for q, fit in zip(every, fits) if not fit}  # tool lists overrun the rows
+    more, _, _, _ = choose(9, 640)
+    assert [q.query_id for q in more][:6] == [q.query_id for q in queries]
+    # No budget: every target that fits, and every one that does not is counted.
+    everything, passed_all, _, _ = choose(None, 640)
+    assert [q.query_id for q in everything] == fitting and passed_all == len(every) - len(fitting)

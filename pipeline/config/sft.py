@@ -95,7 +95,9 @@ class SFTConfig(TrainingSettings):
         default=None,
         ge=1,
         description="Queries sampled (a seeded choice among the sft pool's target turns, the same at every run); "
-        "None: all of them. A budget for the demo and for trying a new endpoint.",
+        "None: all of them. A budget for the demo and for trying a new endpoint. Targets that cannot fit "
+        "`max_length` even with the shortest system template and no history are passed over before any "
+        "candidate is generated for them (counted: `queries_unfittable`).",
     )
     max_history_chars: int = Field(
         default=24_000,

@@ -13,12 +13,14 @@ the role headers are context (-100). Pieces are tokenised separately and joined,
 
 A sample longer than `max_length` drops its oldest history turns, one at a time, until it fits
 (counted); one whose system prompt, action and target alone exceed it is skipped (counted): cutting
-the target would teach the model to stop mid-observation.
+the target would teach the model to stop mid-observation. `can_fit` asks the same of a query before
+any candidate is generated for it, so a query that can never fit costs no generation.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.llm.thinking_format import render_thinking_output
 from pipeline.store.schema import ScoredTurn
 from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
 
@@ -58,3 +60,20 @@ def sft_sequence(
     # Labelled: the target and its <|im_end|>; the newline after it belongs to no turn.
     labels = [IGNORE_INDEX] * len(context) + target_ids + [builder.im_end] + [IGNORE_INDEX] * (len(footer) - 1)
     return SampleSequence(TokenSequence(context + target_block, labels, source, "sft", [turn_index]), dropped)
+
+
+def shortest_prompt(builder: SequenceBuilder, system_prompts: Sequence[str]) -> str:
+    """The system prompt of fewest tokens among those a sample may draw (the ten templates rendered)."""
+    lengths = [len(ids) for ids in builder.encode(list(system_prompts))]
+    return system_prompts[lengths.index(min(lengths))]
+
+
+def can_fit(builder: SequenceBuilder, shortest_system_prompt: str, action: str, reference: str) -> bool:
+    """Whether a query can become a training sample at all, asked before anything is generated for it.
+
+    Its smallest sample: the shortest system prompt a sample may draw (`shortest_prompt`), no history,
+    and a thinking block with nothing in it before the real observation. When even that exceeds
+    `max_length`, every candidate a generator writes for the query would be skipped as too long after it
+    was paid for (the demo's tool-call queries: 1,225-1,596 tokens of tool schemas against rows of 512)."""
+    empty_thinking = render_thinking_output("", reference)
+    return sft_sequence(builder, "", shortest_system_prompt, (), action, empty_thinking, 0).sequence is not None

@@ -30,6 +30,8 @@ class RunPlan:
     fingerprint: str
     base_ref: str
     done: bool
+    # workspace.keep_resume_checkpoints: what `release_resume_checkpoints` does once the run is complete.
+    keep_resume_checkpoints: bool = False
 
     @property
     def sequences_dir(self) -> Path:
@@ -158,7 +160,22 @@ def heldout_metrics(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def complete_run(store, stage: str, plan: RunPlan, metrics: dict[str, Any], metrics_file: Path) -> None:
     """Register the run's model, then write its metrics: written last, atomically, their presence marks
-    the run complete, so a rerun returns instead of retraining (a run found complete registers again)."""
+    the run complete, so a rerun returns instead of retraining (a run found complete registers again).
+    Then the resume checkpoints go, unless the workspace keeps them."""
     register_checkpoint(store, stage, plan, metrics)
     if not metrics_file.is_file():
         write_text_atomic(metrics_file, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    release_resume_checkpoints(plan, metrics_file)
+
+
+def release_resume_checkpoints(plan: RunPlan, metrics_file: Path) -> None:
+    """Delete the run's resume checkpoints (`trainer/checkpoint-*`: weights, optimizer state, RNG) once the
+    run is complete: only an unfinished run resumes from them. Called after the metrics file exists and
+    the model is registered, so a kill at any moment leaves a complete run or one that resumes. A cut
+    checkpoint set aside in `trainer/incomplete/` stays: the warning that named it said it is kept."""
+    import shutil
+
+    if plan.keep_resume_checkpoints or not metrics_file.is_file():
+        return
+    for checkpoint in sorted(plan.trainer_dir.glob("checkpoint-*")):
+        shutil.rmtree(checkpoint, ignore_errors=True)
