@@ -21,12 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.local_decoding import _model_folder, demo_requests  # noqa: E402
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
+from bench.local_decoding import demo_requests  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--queries", type=int, default=24)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -41,7 +42,7 @@ def main() -> None:
     from pipeline.store.database import Store
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model if Path(args.model).is_dir() else _model_folder(args.model, Path(tmp) / "workspace")
+        folder = model_folder(args.model, Path(tmp))
         requests = [ChatRequest(r.messages, k) for r in demo_requests(args.queries) for k in range(args.samples)]
         endpoint = EndpointConfig(backend="transformers", model=folder, temperature=0.8, max_tokens=args.max_tokens,
                                   seed=0, batch_size=args.batch_size, device="cpu")

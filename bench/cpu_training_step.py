@@ -20,15 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def _model_folder(name: str, workspace: Path) -> str:
-    from pipeline.config import load_config
-    from pipeline.training.models import ensure_base_model
-
-    config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": name}}])
-    return ensure_base_model(config)
 
 
 def _variant(folder: str, lora: bool):
@@ -64,12 +58,12 @@ def _step(model, optimizer, length: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 512])
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per variant (after one warm-up)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = _model_folder(args.model, Path(tmp) / "workspace") if not Path(args.model).is_dir() else args.model
+        folder = model_folder(args.model, Path(tmp))
         variants = {}
         for lora in (False, True):
             variants["lora" if lora else "full"] = _variant(folder, lora)

@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.local_decoding import _model_folder, demo_requests  # noqa: E402
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
+from bench.local_decoding import demo_requests  # noqa: E402
 
 
 def timed_decoding(model, ids, steps: int) -> tuple[float, float]:
@@ -49,7 +50,7 @@ def greedy(model, tokenizer, messages, tokens: int) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=600)
     parser.add_argument("--steps", type=int, default=24)
@@ -62,7 +63,7 @@ def main() -> None:
     from pipeline.training.models import load_causal_lm, load_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model if Path(args.model).is_dir() else _model_folder(args.model, Path(tmp) / "workspace")
+        folder = model_folder(args.model, Path(tmp))
         tokenizer = load_tokenizer(folder)
         models = {"float32": load_causal_lm(folder).eval()}
         models["int8"] = int8_weights(load_causal_lm(folder).eval())

@@ -20,13 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def _model_folder(name: str, workspace: Path) -> str:
-    from pipeline.config import load_config
-    from pipeline.training.models import ensure_base_model
-
-    config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": name}}])
-    return ensure_base_model(config)
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
 
 
 def _decode(model, cache, rows: int, prompt: int, steps: int) -> tuple[float, list[int]]:
@@ -55,7 +49,7 @@ def _decode(model, cache, rows: int, prompt: int, steps: int) -> tuple[float, li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--shapes", nargs="+", default=["8x600", "8x1200", "16x600"], help="ROWSxPROMPT_TOKENS")
     parser.add_argument("--steps", type=int, default=40, help="decoding steps timed per measurement")
     parser.add_argument("--repeats", type=int, default=2, help="measurements per variant and shape")
@@ -67,7 +61,7 @@ def main() -> None:
     from pipeline.llm.kv_cache import ReservedCache
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = _model_folder(args.model, Path(tmp) / "workspace") if not Path(args.model).is_dir() else args.model
+        folder = model_folder(args.model, Path(tmp))
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
         caches = {"dynamic": DynamicCache, "reserved": ReservedCache}
         shapes = [tuple(int(part) for part in shape.split("x")) for shape in args.shapes]

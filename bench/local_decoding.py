@@ -23,13 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _model_folder(name: str, workspace: Path) -> str:
-    from pipeline.config import load_config
-    from pipeline.training.models import ensure_base_model
-
-    config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": name}}])
-    return ensure_base_model(config)
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
 
 
 def demo_requests(count: int):
@@ -61,7 +55,7 @@ def demo_requests(count: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--queries", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=320)
@@ -71,7 +65,7 @@ def main() -> None:
     from pipeline.llm.transformers_backend import TransformersBackend
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model if Path(args.model).is_dir() else _model_folder(args.model, Path(tmp) / "workspace")
+        folder = model_folder(args.model, Path(tmp))
         requests = demo_requests(args.queries)
         if len(requests) < args.queries:
             raise SystemExit(f"the demo's terminal trajectories hold {len(requests)} queries, fewer than --queries {args.queries}")

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.local_decoding import _model_folder  # noqa: E402
+from bench.base_model import add_model_argument, model_folder  # noqa: E402
 
 
 def rationale_requests(count: int, samples: int):
@@ -44,7 +44,7 @@ def rationale_requests(count: int, samples: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model.base: a packaged name, GGUF file or HF folder")
+    add_model_argument(parser)
     parser.add_argument("--queries", type=int, default=24)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -56,7 +56,7 @@ def main() -> None:
     from pipeline.store.database import Store
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model if Path(args.model).is_dir() else _model_folder(args.model, Path(tmp) / "workspace")
+        folder = model_folder(args.model, Path(tmp))
         requests = rationale_requests(args.queries, args.samples)
         results = {}
         for rows in args.rows:
