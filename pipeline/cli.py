@@ -47,11 +47,29 @@ class Commands(TyperGroup):
 
 
 def _interrupted(exc: BaseException) -> bool:
-    """ctrl-C: Python's KeyboardInterrupt, or DuckDB's own when the signal arrives while a query runs
-    (a RuntimeError "Query interrupted", or its InterruptException)."""
+    """ctrl-C, anywhere in the exception's chain: cleanup that runs after it can fail in turn (DuckDB
+    refuses `unregister` in the transaction the interrupt aborted) and raise an error of its own, whose
+    context holds the interrupt."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if _is_interrupt(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Python's KeyboardInterrupt; DuckDB's own when the signal arrives while a query runs (a RuntimeError
+    "Query interrupted", or its InterruptException); or DuckDB's report of a KeyboardInterrupt raised in the
+    Python code it called while the query ran (scanning a registered Arrow or pandas object), which it wraps
+    as another error: "counting the rows of the object registered as 'new_turns' failed: KeyboardInterrupt"."""
     if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException":
         return True
-    return isinstance(exc, RuntimeError) and str(exc) == "Query interrupted"
+    if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
+        return True
+    return type(exc).__module__.startswith(("duckdb", "_duckdb")) and "KeyboardInterrupt" in str(exc)
 
 
 app = typer.Typer(

@@ -109,3 +109,39 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     assert done.returncode == 0, done.stderr
     with Store(database, read_only=True) as store:
         assert store.scalar("SELECT sum(records_read) FROM ingested_files WHERE completed") == records(big)
+
+
+def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_error():
+    """ctrl-C while DuckDB reads a registered Python object reaches the CLI as DuckDB's InvalidInputException
+    (naming the KeyboardInterrupt), and the `finally` that unregisters the object then fails in the aborted
+    transaction: the ingest interrupt test once got that traceback instead of the one line."""
+    import duckdb
+    import pyarrow as pa
+
+    from pipeline.cli import _interrupted
+
+    def batches():
+        yield pa.record_batch([pa.array([1])], names=["a"])
+        raise KeyboardInterrupt
+
+    con = duckdb.connect()
+    con.register("new_turns", pa.RecordBatchReader.from_batches(pa.schema([("a", pa.int64())]), batches()))
+    con.execute("BEGIN")
+    with pytest.raises(duckdb.TransactionException) as raised:
+        try:
+            con.execute("CREATE TABLE t AS SELECT * FROM new_turns")
+        finally:
+            con.unregister("new_turns")
+    assert isinstance(raised.value.__context__, duckdb.InvalidInputException)
+    assert _interrupted(raised.value)
+    # Errors that are not interrupts stay errors, chained or not.
+    with pytest.raises(duckdb.CatalogException) as missing:
+        duckdb.connect().execute("SELECT * FROM nowhere")
+    assert not _interrupted(missing.value)
+    try:
+        try:
+            raise ValueError("a bad record")
+        except ValueError:
+            raise RuntimeError("cleanup failed")
+    except RuntimeError as chained:
+        assert not _interrupted(chained)
