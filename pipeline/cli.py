@@ -21,7 +21,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
-from pipeline.errors import UserFixableError
+from pipeline.errors import UserFixableError, interrupted
 
 console = Console(stderr=True)
 
@@ -37,39 +37,13 @@ class Commands(TyperGroup):
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
         except BaseException as exc:
-            if not _interrupted(exc):
+            if not interrupted(exc):
                 raise
             # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
             # rest rolled back, and each stage resumes from what it committed.
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"),
                                         "interrupted: rerun the same command to resume"), soft_wrap=True)
             raise typer.Exit(130) from None
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """ctrl-C, anywhere in the exception's chain: cleanup that runs after it can fail in turn (DuckDB
-    refuses `unregister` in the transaction the interrupt aborted) and raise an error of its own, whose
-    context holds the interrupt."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if _is_interrupt(current):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _is_interrupt(exc: BaseException) -> bool:
-    """Python's KeyboardInterrupt; DuckDB's own when the signal arrives while a query runs (a RuntimeError
-    "Query interrupted", or its InterruptException); or DuckDB's report of a KeyboardInterrupt raised in the
-    Python code it called while the query ran (scanning a registered Arrow or pandas object), which it wraps
-    as another error: "counting the rows of the object registered as 'new_turns' failed: KeyboardInterrupt"."""
-    if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException":
-        return True
-    if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
-        return True
-    return type(exc).__module__.startswith(("duckdb", "_duckdb")) and "KeyboardInterrupt" in str(exc)
 
 
 app = typer.Typer(
@@ -429,7 +403,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
 
 
 @app.command("run")

@@ -24,6 +24,7 @@ import pyarrow as pa
 from pipeline import formats
 from pipeline.config import SimulacraConfig
 from pipeline.config.ingest import SourceConfig
+from pipeline.errors import interrupted
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.file_encoding import sniff
@@ -232,9 +233,12 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     try:
         staged = jsonl_sql.stage(store.connection, chunk, source.domain, cfg.max_action_chars, cfg.max_observation_chars)
         batch.staged, routed = staged.rows, staged.routed
-    except duckdb.InterruptException:
-        raise  # ctrl-C reached DuckDB mid-query: a duckdb.Error too, but not a refusal to route around
-    except duckdb.Error:
+    except duckdb.Error as exc:
+        # ctrl-C mid-query reaches here as a duckdb.Error too (InterruptException, or InvalidInputException
+        # naming the KeyboardInterrupt when it came while DuckDB read the registered Arrow table): routing
+        # that chunk the Python way would swallow the interrupt and ingest on to the end.
+        if interrupted(exc):
+            raise
         # DuckDB refused something (a construct its reader rejects): this chunk goes the Python way.
         jsonl_sql.drop_staged(store.connection)
         routed = list(range(chunk.records))

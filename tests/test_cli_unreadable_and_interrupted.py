@@ -118,7 +118,7 @@ def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_erro
     import duckdb
     import pyarrow as pa
 
-    from pipeline.cli import _interrupted
+    from pipeline.errors import interrupted as _interrupted
 
     def batches():
         yield pa.record_batch([pa.array([1])], names=["a"])

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from pipeline.config import load_config
+from pipeline.errors import interrupted
 from pipeline.formats import adapter
 from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.simulacra_jsonl import to_record
@@ -272,19 +273,34 @@ def test_a_chunk_duckdb_refuses_goes_through_the_python_adapter(tmp_path, monkey
     assert len(routed) == 6
 
 
-def test_ctrl_c_inside_duckdb_is_not_taken_for_a_refusal(tmp_path, monkeypatch):
-    # DuckDB raises InterruptException, a duckdb.Error, when ctrl-C arrives mid-query: routing the
-    # chunk to the Python adapter would swallow the interrupt and ingest the whole file.
+def _interrupt_mid_query(con, *args, **kwargs):
+    raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+
+def _interrupt_mid_scan(con, *args, **kwargs):
+    """ctrl-C while DuckDB reads a registered Arrow object, as `stage` registers the chunk's lines: the
+    KeyboardInterrupt raised in the Python that DuckDB called comes out as DuckDB's InvalidInputException."""
+    import pyarrow as pa
+
+    def batches():
+        yield pa.record_batch([pa.array(["x"])], names=["line"])
+        raise KeyboardInterrupt
+
+    con.register("jsonl_lines", pa.RecordBatchReader.from_batches(pa.schema([("line", pa.string())]), batches()))
+    con.sql("SELECT count(*) FROM jsonl_lines").fetchall()
+
+
+@pytest.mark.parametrize("interrupt", [_interrupt_mid_query, _interrupt_mid_scan])
+def test_ctrl_c_inside_duckdb_is_not_taken_for_a_refusal(tmp_path, monkeypatch, interrupt):
+    # Either way ctrl-C arrives as a duckdb.Error: routing the chunk to the Python adapter would swallow
+    # the interrupt and ingest the whole file (the CLI interrupt test once saw exit 0 after a full ingest).
     path = write_lines(tmp_path / "interrupted.jsonl", [line(task=f"t{n}") for n in range(5)])
-
-    def interrupted(*args, **kwargs):
-        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
-
-    monkeypatch.setattr(jsonl_sql, "stage", interrupted)
+    monkeypatch.setattr(jsonl_sql, "stage", interrupt)
     config = load_config(None, [{"workspace": {"path": str(tmp_path / "ws")}, "ingest": {"batch_trajectories": 4}}])
     with Store(config.workspace.database_path) as store:
-        with pytest.raises(duckdb.InterruptException):
+        with pytest.raises(duckdb.Error) as raised:
             ingest.run(config, store, paths=[str(path)])
+        assert interrupted(raised.value)
         assert store.scalar("SELECT count(*) FROM trajectories") == 0
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import duckdb
 
+from pipeline.errors import interrupted
 from pipeline.filters.sql import PYTHON_WHITESPACE
 
 # Non-ASCII characters that `re`'s IGNORECASE matches with an ASCII letter (U+0130 and U+0131
@@ -65,9 +66,9 @@ def compiles_in_re2(screen: str) -> bool:
     try:
         with duckdb.connect() as con:
             con.execute("SELECT regexp_matches('', ?)", [screen]).fetchall()
-    except duckdb.InterruptException:
-        raise
-    except duckdb.Error:
+    except duckdb.Error as exc:
+        if interrupted(exc):  # ctrl-C is not a pattern RE2 refuses
+            raise
         return False
     return True
 
