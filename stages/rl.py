@@ -206,9 +206,12 @@ def _summary(metrics: dict[str, Any]) -> str:
 
     resumed = f", resumed from step {metrics['resumed_from_step']}" if metrics.get("resumed_from_step") else ""
     too_long = f" ({metrics['prompts_too_long']} over rl.max_prompt_tokens left out)" if metrics.get("prompts_too_long") else ""
+    per_step = metrics.get("prompts_per_step")
+    # The two steps' rewards are of different prompts: with one or two a step, a fall or a rise is mostly the prompts'.
+    steps_apart = f", {per_step} prompt(s) a step" if per_step else ""
     return (
         f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts{too_long}{resumed}; mean reward "
-        f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step); "
+        f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step{steps_apart}); "
         f"held-out judge score {number(metrics['heldout_score_before'])} -> {number(metrics['heldout_score_after'])}"
         + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
            f"{number(metrics['heldout_control_following_after'])}" if "heldout_control_following_before" in metrics else "")
@@ -303,6 +306,7 @@ def train(config, plan: Plan) -> None:
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
         "global_step": outcome.global_step,
         "parameters_changed": outcome.parameters_changed,
+        "prompts_per_step": outcome.prompts_per_step,
         "learned_nothing": reason,
         "first_step_this_run": outcome.first_step_this_run,
         "resumed_from_step": outcome.resumed_from_step,

@@ -111,6 +111,9 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         assert any(step > metrics["resumed_from_step"] for step in steps)
         assert {"rewards/semantic/mean", "rewards/rule/mean", "completions/mean_length"} <= set(curves)
         assert metrics["reward_first_step"] is not None and metrics["heldout_score_before"] is not None
+        # 4 completions a step in groups of 2: the first and last steps' rewards are of different prompts, and the
+        # summary says how many made each.
+        assert metrics["prompts_per_step"] == 2 and "(last step, 2 prompt(s) a step)" in result.summary
         # Instruction-following on the held-out queries, each asked with one control instruction.
         for name in ("before", "after"):
             assert 0.0 <= metrics[f"heldout_control_following_{name}"] <= 1.0

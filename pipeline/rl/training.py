@@ -48,6 +48,9 @@ class GSPOOutcome:
     # sharded run), and of how many measured.
     parameters_changed: int | None = None
     parameters_measured: int = 0
+    # Prompts whose groups make one optimizer step, over all processes: the first and last steps' rewards
+    # are of different prompts, so with few a step their difference says little about learning.
+    prompts_per_step: int | None = None
 
 
 class RLLearnedNothing(UserFixableError):
@@ -205,5 +208,7 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
     trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    args = trainer.args
+    completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
     return GSPOOutcome(trainer.state.global_step, start.first_step, resumed_from, history, trainer.is_world_process_zero(),
-                       changed, len(before or {}))
+                       changed, len(before or {}), completions // args.num_generations)
