@@ -118,7 +118,7 @@ def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_erro
     import duckdb
     import pyarrow as pa
 
-    from pipeline.errors import interrupted as _interrupted
+    from pipeline.errors import interrupted
 
     def batches():
         yield pa.record_batch([pa.array([1])], names=["a"])
@@ -133,15 +133,15 @@ def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_erro
         finally:
             con.unregister("new_turns")
     assert isinstance(raised.value.__context__, duckdb.InvalidInputException)
-    assert _interrupted(raised.value)
+    assert interrupted(raised.value)
     # Errors that are not interrupts stay errors, chained or not.
     with pytest.raises(duckdb.CatalogException) as missing:
         duckdb.connect().execute("SELECT * FROM nowhere")
-    assert not _interrupted(missing.value)
+    assert not interrupted(missing.value)
     try:
         try:
             raise ValueError("a bad record")
         except ValueError:
             raise RuntimeError("cleanup failed")
     except RuntimeError as chained:
-        assert not _interrupted(chained)
+        assert not interrupted(chained)
