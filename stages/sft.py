@@ -7,10 +7,10 @@ Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker wh
    fingerprint; then rejection sampling (pipeline/sft/sampling.py) over a seeded choice of the sft
    pool's target turns (`sft.max_queries`; a turn too long for `sft.max_length` even with the
    shortest template and no history is passed over before anything is generated for it): K
-   candidates, strictly parsed, judged against the real observation, the ones that pass `min_score` and the thinking check compared pairwise round robin
-   in both orders (by the LLM judge; the similarity judge's ranking decides alone), a keep/discard
-   decision per query, every row committed as it is produced, so a killed run resumes where it was;
-   then the training
+   candidates, strictly parsed, judged against the real observation, the ones that pass `min_score`
+   and the thinking check compared pairwise round robin in both orders (by the LLM judge; the
+   similarity judge's ranking decides alone), a keep/discard decision per query, every row
+   committed as it is produced, so a killed run resumes where it was; then the training
    sequences of the kept queries (pipeline/sft/samples.py: one of ten system templates per sample,
    labels on the assistant output only) and the held-out sequences (the eval pool in CPT's format
    and windows, so the cross-entropy is comparable with CPT's);
@@ -341,7 +341,7 @@ def _choose_queries(sft, plan: Plan, store, tokenizer) -> tuple[list[Query], int
     chosen: list[Query] = []
     passed_over = 0
     shortest: dict[str, str] = {}  # per trajectory: its targets share the system prompt and its ten renderings
-    # A chunk of the ranking at a time: a budget of 20 reads 20-odd queries, not the whole pool.
+    # A chunk of the ranking at a time: a budget of 24 reads one chunk of 64 queries, not the whole pool.
     chunk = max(64, 2 * wanted)
     with progress_bar("sft queries checked against sft.max_length", total=wanted) as advance:
         for start in range(0, len(ranked), chunk):
