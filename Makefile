@@ -11,7 +11,7 @@ STAMP := $(VENV)/.simulacra-installed
 TEST_STAMP := $(VENV)/.simulacra-test-installed
 CONFIG ?= data/configs/demo.yaml
 
-.PHONY: demo test bench clean-demo
+.PHONY: demo test docs bench clean-demo
 
 # pip byte-compiles every file it installs: half the install on 2 cores (157 s with it, 81 s with --no-compile,
 # same packages), mostly for files no stage imports (transformers' hundreds of model folders). Without it each
@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 # The tests cover the openenv extra too; the demo does not install it (OpenEnv brings gradio and fastmcp).
+# The docs extra is mkdocs and its Material theme, for the site `make test` builds.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q --no-compile -c requirements.lock -e ".[test,openenv]"
+	$(BIN)/python -m pip install -q --no-compile -c requirements.lock -e ".[test,openenv,docs]"
 	touch $(TEST_STAMP)
 
 # The demo ends with the evaluation table: `evaluate` finds the run's evaluations done and shows them.
@@ -39,8 +40,15 @@ demo: $(STAMP)
 	$(BIN)/simulacra --config $(CONFIG) run
 	$(BIN)/simulacra --config $(CONFIG) evaluate
 
-test: $(TEST_STAMP)
+# The site first (seconds): --strict fails on a broken link, a missing page or a page left out of the nav.
+test: docs
 	$(BIN)/python -m pytest -q
+
+# The documentation site, into site/. Offline: mkdocs.yml turns off Material's font download. Material 9.8
+# prints a notice about MkDocs 2 on every build unless told not to. Not --quiet: with it, --strict lets
+# warnings pass (mkdocs 1.6 counts the warnings it logs, and --quiet logs none).
+docs: $(TEST_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
