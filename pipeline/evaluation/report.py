@@ -7,17 +7,21 @@ plus one per model over all domains, each with the three fingerprints that key i
 AgentWorldBench's (raw - 1) / 4 x 100 of the judge's 1-5 scale; rates are fractions of the queries.
 `parse_rate` is the share of answered queries (failed generations aside) whose answer parsed in the
 model's format; `score_unseen` the score without the targets seen in training (`seen` of them).
+Every mean carries its 95% bootstrap interval over targets and each row its paired comparisons
+(pipeline/evaluation/comparison.py), so a card or a printed table never shows a bare number.
 """
 
 from typing import Any
+
+from pipeline.evaluation.comparison import INTERVAL_COLUMNS, digits, with_intervals
 
 # Row order of the models: the pipeline's stages, then the baseline, then anything given by path.
 # How an evaluation on the workspace's eval pool names its eval set (stages/evaluate.py).
 EVAL_POOL = "eval pool"
 STAGE_RANK = {"base": 0, "cpt": 1, "sft": 2, "rl": 3, "external": 4, "baseline": 5}
 
-_SELECT = """SELECT e.model, e.stage, r.domain, r.queries, r.judged, r.score, r.score_macro, r.domains, r.score_unseen,
-       r.seen, r.parsed / nullif(r.queries - r.failed - r.empty, 0) AS parse_rate, r.format, r.factuality,
+_SELECT = """SELECT e.evaluation_id, e.model, e.stage, r.domain, r.queries, r.judged, r.score, r.score_macro, r.domains,
+       r.score_unseen, r.seen, r.parsed / nullif(r.queries - r.failed - r.empty, 0) AS parse_rate, r.format, r.factuality,
        r.consistency, r.realism, r.quality, r.observation_ce, r.perplexity, r.ce_rows, r.semantic_match, r.rouge_l,
        r.exact_match, r.exact, r.line_agreement, r.json_valid, r.unparsed, r.failed, r.empty, r.judge_invalid,
        e.judge, e.checkpoint_id, e.checkpoint_fingerprint, e.eval_set, e.eval_set_fingerprint, e.judge_fingerprint
@@ -32,7 +36,7 @@ def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table_rows(store, evaluation_ids: list[str]) -> list[dict[str, Any]]:
     """The rows of the given evaluations (one table of `simulacra evaluate`)."""
     rows = store.rows(f"{_SELECT} AND e.evaluation_id IN (SELECT unnest(?::VARCHAR[]))", [evaluation_ids])
-    return _ordered(rows)
+    return with_intervals(store, _ordered(rows))
 
 
 def evaluation_rows(store, checkpoint_id: str) -> list[dict[str, Any]]:
@@ -52,7 +56,7 @@ def evaluation_rows(store, checkpoint_id: str) -> list[dict[str, Any]]:
             QUALIFY e.completed_at = max(e.completed_at) OVER (PARTITION BY e.checkpoint_id)""",
         [latest[0]["eval_set_fingerprint"], latest[0]["judge_fingerprint"]],
     )
-    return _ordered(rows)
+    return with_intervals(store, _ordered(rows))
 
 
 def _cell(value: Any) -> str:
@@ -67,6 +71,29 @@ SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "score_macro", "score_
                    "parse_rate", "format", "factuality", "consistency", "realism", "quality", "observation_ce",
                    "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match", "exact", "line_agreement",
                    "json_valid")
+# The stage's table (the Prefect artifact, report.json): the summary's columns and their intervals.
+TABLE_COLUMNS = (*SUMMARY_COLUMNS, "score_ci", *INTERVAL_COLUMNS)
+
+
+def with_interval(row: dict[str, Any], column: str) -> str | None:
+    """`41.1 [35.2, 47.0]` (a score) or `0.500 [0.333, 0.667]` (a rate, a CE): the row's value of `column`
+    with its 95% interval; None where the column has none (a count, a name, a value missing)."""
+    value, low, high = row.get(column), row.get(f"{column}_low"), row.get(f"{column}_high")
+    if not isinstance(value, float) or low is None or high is None:
+        return None
+    places = digits(column)
+    return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
+
+
+def comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """`- cpt vs base (started from): score improved +6.3 [+1.2, +11.0]; ...`, one line per pair of models,
+    overall (the `all` rows' comparisons)."""
+    pairs: dict[tuple[str, str, str], list[str]] = {}
+    for row in (row for row in rows if row["domain"] == "all"):
+        for c in row.get("comparisons", []):
+            changes = pairs.setdefault((c["model"], c["compared_with"], c["relation"]), [])
+            changes.append(f"{c['measure']} {c['verdict']} {c['change']}")
+    return [f"- {model} vs {other} ({relation}): {'; '.join(changes)}" for (model, other, relation), changes in pairs.items()]
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMARY_COLUMNS) -> str:
@@ -75,14 +102,21 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMAR
     if not rows:
         return "No evaluation yet (`simulacra evaluate`)."
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
+    lines += ["| " + " | ".join(with_interval(row, c) or _cell(row[c]) for c in columns) + " |" for row in rows]
     first = rows[0]
     lines += ["", f"Judge: {judge_caption(first['judge'])} (`{first['judge_fingerprint']}`); eval set: {first['eval_set']} "
               f"(`{first['eval_set_fingerprint']}`). Scores are (raw - 1) / 4 x 100 of the judge's 1-5 scale; `score_unseen` "
               "leaves out the `seen` targets, whose (action, observation) is a turn of a training pool; `parse_rate` is "
-              "the share of answers that parsed in the model's format (an unparsed one is scored as the empty observation)."]
+              "the share of answers that parsed in the model's format (an unparsed one is scored as the empty observation). "
+              "Each mean is followed by its 95% interval, a percentile bootstrap over the targets (observation CE's "
+              "interval is of the mean per-target CE; its value is token-weighted)."]
     models = {(row["model"], row["checkpoint_fingerprint"]) for row in rows}
     lines += [f"- {model}: fingerprint `{fingerprint}`" for model, fingerprint in sorted(models)]
+    compared = comparison_lines(rows)
+    if compared:
+        lines += ["", "Paired comparisons, on the targets both models scored: the difference is model - the model compared "
+                  "with, its mean and 95% bootstrap interval over targets; `improved` or `WORSE` only where the interval "
+                  "excludes zero. Observation CE: lower is better, so a negative difference is an improvement.", "", *compared]
     return "\n".join(lines)
 
 
