@@ -1,7 +1,7 @@
 """Stage 1, continual pretraining (SPEC.md): next-token loss on observation tokens, thinned by keep ratios.
 
 Read top to bottom, `run` does:
-1. (main process) check that every cpt-pool turn is scored; snapshot the cpt and eval pools to
+1. (main process) check that every cpt-pool turn is scored; snapshot the cpt and val pools to
    Parquet (`runs/cpt/snapshots/<pools fingerprint>`); make sure the base model exists (the tiny
    model is built from the cpt pool's own text when `model.base` is None; a GGUF base is converted
    to a folder once, pipeline/training/gguf_base.py); fingerprint the inputs;
@@ -16,10 +16,12 @@ Read top to bottom, `run` does:
    is set aside with a warning);
 4. (main) save the HF folder (model + tokenizer), plot the loss, register the checkpoint.
 
-Held-out cross-entropy: the mean, over every observation token of eval-pool trajectories (keep
+Held-out cross-entropy: the mean, over every observation token of validation-pool trajectories (keep
 ratio 1: the full observation, its closing `<|im_end|>` included), of the next-token cross-entropy,
 in the same windows as training; per token, not per batch, so long observations weigh by their
-length (pipeline/training/trainer.py). Measured before training (step 0) and after.
+length (pipeline/training/trainer.py). Measured before training (step 0) and after. Beside it, the
+validation score (pipeline/training/validation.py): the base model's and the trained model's greedy
+answers to the validation targets, judged, with the paired change and its interval.
 
 One GPU or many: `accelerate launch --config_file deploy/accelerate/zero3.yaml -m stages.cpt --config FILE`
 (or fsdp.yaml). Only the main process touches the store; the others wait, then read the same files.
@@ -68,7 +70,7 @@ from pipeline.training.tiny_model import build_tiny_model
 from pipeline.training.world_knowledge import mix_world_knowledge
 
 STAGE = "cpt"
-POOLS = ("cpt", "eval")
+POOLS = ("cpt", "val")
 # Text the tiny model's tokenizer is trained on: 2M characters is far more than a 512-token BPE needs.
 TINY_CORPUS_CHARS = 2_000_000
 METRICS_FILE = "metrics.json"
@@ -164,7 +166,7 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
             counted["world_knowledge_tokens"] += len(document.input_ids)
             counted["world_knowledge_label_tokens"] += _labelled(document)
     with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
-        for trajectory in read_pool(plan.snapshot_dir, "eval"):
+        for trajectory in read_pool(plan.snapshot_dir, "val"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
             windows, _ = builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True)
             for window in windows[: cpt.eval_max_sequences - counted["eval_sequences"]]:
@@ -284,26 +286,33 @@ def _result(plan: Plan, metrics: dict[str, Any], stats: dict[str, Any], summary:
 
 
 def _summary(metrics: dict[str, Any]) -> str:
+    from pipeline.training.validation import summary_words
+
     before, after = metrics["eval_observation_ce_before"], metrics["eval_observation_ce_after"]
     ce = (
-        f"held-out observation CE {before:.3f} -> {after:.3f}"
+        f"validation observation CE {before:.3f} -> {after:.3f}"
         if before is not None and after is not None
-        else "no held-out CE (the eval pool is empty)"
+        else "no validation CE (the val pool is empty)"
     )
     resumed = f", resumed from step {metrics['resumed_from_step']}" if metrics["resumed_from_step"] else ""
+    scored = summary_words(metrics)
     return (
         f"{metrics['global_step']} steps on {metrics['trajectory_sequences']} trajectory windows "
-        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}"
+        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}" + (f"; {scored}" if scored else "")
     )
 
 
 def prepare(config, store) -> Plan:
     """Main process, on the data side: everything that reads the store (scores check, snapshot,
     fingerprint) or the config's paths (world knowledge), down to the token sequences as Parquet."""
+    from pipeline.training import validation
+
     plan = _plan(config, store)
     if not plan.done:
         tokenizer, _ = shared_trainer.load_tokenizer_with_chatml(config, plan.base_ref)
         _build_sequences(config, plan, tokenizer)
+        validation.write_targets(plan.output_dir, validation.choose(store, config))
+        validation.check_budget(config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir), 0)
     return plan
 
 
@@ -312,9 +321,16 @@ def train(config, plan: Plan) -> None:
     checkpoint; the main process saves the model, the loss curve and, last, metrics.json."""
     if plan.done:
         return
+    from pipeline.prompts.answer_format import NON_THINKING, write_model_format
+    from pipeline.training import validation
+
     trained = _train(config, plan)
     if not trained.pop("is_main_process"):
         return
+    write_model_format(plan.model_dir, NON_THINKING)
+    # The base model and the trained one, each asked in CPT's format (the base has no other).
+    measured = validation.measure(config, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+                                  plan.output_dir, (plan.base_ref, NON_THINKING), (str(plan.model_dir), NON_THINKING))
     stats = json.loads((plan.sequences_dir / STATS_FILE).read_text())
     curve = trained.pop("loss_curve")
     metrics = {
@@ -324,6 +340,7 @@ def train(config, plan: Plan) -> None:
         **{f"label_fraction_end.{c}": f for c, f in stats["label_fraction_end"].items()},
         "train_loss_first": curve[0][1] if curve else None,
         "train_loss_last": curve[-1][1] if curve else None,
+        **measured,
         "fingerprint": plan.fingerprint,
         "base_model": plan.base_ref,
     }

@@ -1,9 +1,12 @@
 """The export stage (issue 12, "The checkpoint"): the world-model checkpoint the pipeline exists for.
 
 Read top to bottom, `run` does:
-1. resolve what to export: `export.checkpoint` (a checkpoint_id or a model folder), else the newest
-   registered checkpoint of the last training stage that ran (rl, else sft, else cpt);
-2. pick its prompt format: `export.prompt_format`, else that stage's (pipeline/serving/prompt_formats.py);
+1. resolve what to export: `export.checkpoint` (a checkpoint_id or a model folder), else among the
+   newest registered checkpoint of each training stage (rl, sft, cpt) the one with the best validation
+   score (pipeline/serving/export_choice.py; the summary, the model card and the `export-choice` table
+   name the choice, the runner-up and the margin with its interval);
+2. pick its prompt format: `export.prompt_format`, else the template and answer format it was trained in
+   (pipeline/serving/prompt_formats.py, pipeline/prompts/answer_format.py);
 3. write the folder (pipeline/serving/export_folder.py: safetensors, tokenizer with the world-model
    chat template, a generation config that stops at `<|im_end|>`, `simulacra.json` with the length
    and history budget the model was trained at (pipeline/serving/provenance.py), the model card in
@@ -40,8 +43,29 @@ def output_dir(config, fingerprint: str) -> Path:
     return Path(config.export.output_dir or config.workspace.runs_dir / STAGE / fingerprint / "model").expanduser().resolve()
 
 
+def _choice(config, store):
+    """How the shipped checkpoint was chosen: by validation score, or as configured (None then)."""
+    from pipeline.serving.export_choice import choose
+
+    return None if config.export.checkpoint is not None else choose(store)
+
+
+def _choice_rows(choice) -> list[dict]:
+    if choice is None:
+        return []
+    rows = [{"checkpoint": c.checkpoint_id, "stage": c.stage, "validation_score": c.score,
+             "shipped": c.checkpoint_id == choice.chosen.checkpoint_id}
+            for c in (choice.chosen, choice.runner_up) if c is not None]
+    if choice.base_score is not None:
+        rows.append({"checkpoint": "base", "stage": "base", "validation_score": choice.base_score, "shipped": False})
+    return rows
+
+
 def run(config, store) -> StageResult:
     source = resolve_source(config, store)
+    choice = _choice(config, store)
+    chosen_by = (f"shipped by validation score: {choice.words()}" if choice is not None
+                 else f"export.checkpoint {config.export.checkpoint}")
     fmt = resolve_format(config, source)
     if config.export.destination:
         destination_filesystem(config.export.destination)
@@ -62,6 +86,7 @@ def run(config, store) -> StageResult:
             example_request=example_request(fmt, model_name, 256), sources=collect_sources(store),
             pools=collect_pools(store), stages=collect_stages(config, store),
             evaluation=portable(evaluation_rows(store, source.checkpoint_id), workspace),
+            chosen_by=chosen_by,
         )
         metadata = {"model_name": model_name, "fingerprint": fingerprint, "source_checkpoint": source.checkpoint_id,
                     "source_stage": source.stage, "base_model": origin.base_model, "context_length": trained_length,
@@ -72,7 +97,8 @@ def run(config, store) -> StageResult:
         action = "exported"
     destination = copy_to(out_dir, config.export.destination) if config.export.destination else None
     metrics = {"source_checkpoint": source.checkpoint_id, "source_stage": source.stage, "prompt_format": fmt.name,
-               "thinking": fmt.thinking, "model_name": model_name, "destination": destination, "fingerprint": fingerprint}
+               "thinking": fmt.thinking, "model_name": model_name, "destination": destination, "fingerprint": fingerprint,
+               "chosen_by": chosen_by, **({"choice": choice.as_dict()} if choice is not None else {})}
     with store.transaction() as tx:
         tx.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [checkpoint_id])
         tx.execute(
@@ -81,5 +107,6 @@ def run(config, store) -> StageResult:
             [checkpoint_id, STAGE, fingerprint, str(out_dir), str(source.path), json.dumps(metrics)],
         )
     copied = f", copied to {destination}" if destination else ""
-    summary = f"{action} {source.checkpoint_id} ({fmt.name} format) to {out_dir}{copied}"
-    return StageResult(stage=STAGE, metrics=metrics, output_path=out_dir, summary=summary)
+    summary = f"{action} {source.checkpoint_id} ({fmt.name} format) to {out_dir}{copied}; {chosen_by}"
+    return StageResult(stage=STAGE, metrics=metrics, output_path=out_dir, summary=summary,
+                       tables={"export-choice": _choice_rows(choice)} if choice is not None else {})

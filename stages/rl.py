@@ -3,21 +3,21 @@
 Three steps, as CPT and SFT, so a GPU deployment can run the middle one (flows/gpu_stage.py):
 1. `prepare` (data side, the store): the model RL starts from (`rl.base_model`, else the newest
    registered SFT checkpoint, else CPT's, else `model.base` / the workspace's tiny model); a Parquet
-   snapshot of the rl and eval pools; the fingerprint and the run's folder; the prompts
+   snapshot of the rl and val pools; the fingerprint and the run's folder; the prompts
    (pipeline/rl/prompts.py: the rl pool's one target turn per trajectory, a seeded choice of
    `rl.max_prompts` among those within `rl.max_prompt_tokens`, in the RL template, with the turn's
-   verifier and a seeded control instruction on `rl.control_fraction` of them), written to
-   `prompts.jsonl` and recorded in `rl_prompts`; the
-   held-out eval targets, written to `heldout.json`;
-2. `train` (every training process, files only, never the store): the held-out predictions of the
-   starting model (plain, and with a control instruction each where RL trains them); GSPO with TRL's GRPOTrainer (pipeline/rl/training.py), rewards from
-   pipeline/rl/rewards.py, resuming from the newest complete checkpoint of the run's folder; the
-   held-out predictions of the trained model; the reward curves as a PNG; `trained.json` last;
-3. `record` (data side): the judge scores the held-out predictions before and after, and the rule of
-   each control kind the same queries asked with an instruction (where `rl.control_fraction` > 0:
-   the instruction-following rate); the held-out answers join the store's cache (evaluation asks the
-   trained model the same plain queries); the checkpoint is registered, `metrics.json` last (its
-   presence marks the run complete).
+   verifier and a seeded control instruction on `rl.control_fraction` of them), in the answer format
+   `answers.thinking` chooses (issue 28), written to `prompts.jsonl` and recorded in `rl_prompts`;
+   the validation targets (pipeline/training/validation.py);
+2. `train` (every training process, files only, never the store): GSPO with TRL's GRPOTrainer
+   (pipeline/rl/training.py), rewards from pipeline/rl/rewards.py, resuming from the newest complete
+   checkpoint of the run's folder; then, on the main process, the reward of the starting and the
+   trained model on the same training prompts (pipeline/rl/prompt_rewards.py), the validation score
+   of both, the predictions with a control instruction each where RL trains them; the reward curves
+   as a PNG and each reward's share of the combined one; `trained.json` last;
+3. `record` (data side): the rule of each control kind scores the controlled predictions (where
+   `rl.control_fraction` > 0: the instruction-following rate); the checkpoint is registered,
+   `metrics.json` last (its presence marks the run complete).
 
 Caches that are not the store: the judge's answers during training go to a DuckDB file per training
 process (`judge_cache/rank-<n>.duckdb`), the held-out generations to `heldout_cache.duckdb`, both in
@@ -34,26 +34,22 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
-from pipeline.llm.cache import adopt_answers
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.rl.base_model import rl_base_ref
 from pipeline.stage import StageResult
 from pipeline.store.snapshot import target_turns
 from pipeline.training.runs import (
-    HELDOUT_CACHE,
     RunPlan,
     claim_run_folder,
     complete_run,
-    heldout_metrics,
     launch_from_command_line,
     run_across_processes,
 )
 
 STAGE = "rl"
-POOLS = ("rl", "eval")
+POOLS = ("rl", "val")
 METRICS_FILE = "metrics.json"
 PROMPTS_FILE = "prompts.jsonl"
-HELDOUT_FILE = "heldout.json"
 SELECTION_FILE = "prompt_selection.json"  # what the prompt choice left out
 TRAINED_FILE = "trained.json"
 REWARDS_PLOT = "rewards.png"
@@ -99,9 +95,11 @@ def _prompts(config, store, plan: Plan):
         queries, too_long = _fitting(config, plan, load_queries(plan.snapshot_dir, "rl", ranked, rl.max_history_chars))
         queries = queries[: rl.max_prompts] if rl.max_prompts is not None else queries
         chosen = [(q.trajectory_id, q.turn_index) for q in queries]
-    prompts = build_prompts(queries, verifiers(store, chosen), rl.control_fraction, rl.seed)
+    fmt = _format(config)
+    prompts = build_prompts(queries, verifiers(store, chosen), rl.control_fraction, rl.seed, fmt.thinking)
     write_prompts(plan.prompts_path, prompts)
-    write_text_atomic(plan.output_dir / SELECTION_FILE, json.dumps({"prompts_too_long": too_long}) + "\n")
+    write_text_atomic(plan.output_dir / SELECTION_FILE,
+                      json.dumps({"prompts_too_long": too_long, "answer_format": fmt.name}) + "\n")
     with store.transaction() as tx:
         tx.execute("DELETE FROM rl_prompts WHERE run = ?", [plan.fingerprint])
         tx.executemany(
@@ -120,22 +118,23 @@ def _fitting(config, plan: Plan, queries):
 
     tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
     rl = config.rl
-    prompts = build_prompts(queries, {}, rl.control_fraction, rl.seed)
+    prompts = build_prompts(queries, {}, rl.control_fraction, rl.seed, _format(config).thinking)
     fits = [prompt_tokens(tokenizer, prompt.messages) <= rl.max_prompt_tokens for prompt in prompts]
     return [query for query, fit in zip(queries, fits) if fit], fits.count(False)
 
 
-def _heldout_queries(config, plan: Plan):
-    from pipeline.sft.queries import load_queries
+def _format(config):
+    """RL trains in RL's template, thinking or direct as `answers.thinking` says (issue 28)."""
+    from pipeline.config.answers import resolve_thinking
+    from pipeline.prompts.answer_format import stage_format
 
-    chosen = [tuple(target) for target in json.loads((plan.output_dir / HELDOUT_FILE).read_text())]
-    return load_queries(plan.snapshot_dir, "eval", chosen, config.rl.max_history_chars) if chosen else []
+    return stage_format(STAGE, resolve_thinking(config))
 
 
-def _heldout_judge(config, store):
-    from pipeline.sft.generators import build_judge
+def _run_format(plan: Plan):
+    from pipeline.prompts.answer_format import answer_format
 
-    return build_judge(config.rl.reward.judge, store)
+    return answer_format(json.loads((plan.output_dir / SELECTION_FILE).read_text())["answer_format"])
 
 
 # -- 3. training ----------------------------------------------------------------------------------
@@ -154,7 +153,7 @@ def _rewards(config, plan: Plan, prompts, tokenizer):
 
         cache = Store(plan.output_dir / "judge_cache" / f"rank-{PartialState().process_index}.duckdb")
         judge = RubricJudge(open_client(reward.judge.endpoint, cache, "rl.judge", seed=config.rl.seed), reward.judge.history_turns)
-    return Rewards(prompts, tokenizer, reward, judge), judge
+    return Rewards(prompts, tokenizer, reward, judge, _run_format(plan).thinking), judge
 
 
 # -- 4. results -----------------------------------------------------------------------------------
@@ -209,10 +208,26 @@ def _summary(metrics: dict[str, Any]) -> str:
     per_step = metrics.get("prompts_per_step")
     # The two steps' rewards are of different prompts: with one or two a step, a fall or a rise is mostly the prompts'.
     steps_apart = f", {per_step} prompt(s) a step" if per_step else ""
+    from pipeline.evaluation.intervals import Interval, change_words
+    from pipeline.training.validation import summary_words
+
+    on_prompts = ""
+    if metrics.get("prompt_reward_after") is not None:
+        change = Interval(metrics["prompt_reward_change"], metrics["prompt_reward_change_low"],
+                          metrics["prompt_reward_change_high"], metrics["prompt_reward_prompts"])
+        on_prompts = (f"; reward on its {metrics['prompt_reward_prompts']} prompts (greedy) "
+                      f"{number(metrics['prompt_reward_before'])} -> {number(metrics['prompt_reward_after'])}, "
+                      f"{change_words(change)}")
+    shares = [f"{key.split('.', 1)[1]} {value:.0%}" for key, value in sorted(metrics.items()) if key.startswith("reward_share.")]
+    scored = summary_words(metrics)
     return (
-        f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts{too_long}{resumed}; mean reward "
-        f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step{steps_apart}); "
-        f"held-out judge score {number(metrics['heldout_score_before'])} -> {number(metrics['heldout_score_after'])}"
+        f"{metrics.get('answer_format', 'rl-thinking')} format: "
+        f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts ({metrics.get('prompts_with_rule_reward', 0)} "
+        f"with a verifier){too_long}{resumed}; mean reward "
+        f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step{steps_apart})"
+        + (f", shares of the reward: {', '.join(shares)}" if shares else "")
+        + on_prompts
+        + (f"; {scored}" if scored else "")
         + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
            f"{number(metrics['heldout_control_following_after'])}" if "heldout_control_following_before" in metrics else "")
         + (f"; LEARNED NOTHING: {metrics['learned_nothing']}" if metrics.get("learned_nothing") else "")
@@ -233,53 +248,51 @@ def _result(plan: Plan, metrics: dict[str, Any], tables, summary: str) -> StageR
 
 # -- the three steps: prepare (data side), train (training side), record (data side) ---------------
 def prepare(config, store) -> Plan:
-    """Everything that reads or writes the store: the plan, the prompts, the held-out targets."""
-    from pipeline.sft.queries import choose_targets
+    """Everything that reads or writes the store: the plan, the prompts, the validation targets."""
+    from pipeline.training import validation
 
-    rl = config.rl
     plan = _plan(config, store)
     if not plan.done:
         prompts = _prompts(config, store, plan)
-        heldout = choose_targets(target_turns(store, "eval"), rl.eval_queries, rl.seed) if rl.eval_queries else []
-        write_text_atomic(plan.output_dir / HELDOUT_FILE, json.dumps(heldout) + "\n")
-        _check_budgets(config, plan, [p.reference for p in prompts], [q.reference for q in _heldout_queries(config, plan)])
+        validation.write_targets(plan.output_dir, validation.choose(store, config))
+        _check_budgets(config, plan, [p.reference for p in prompts], validation.read_queries(config, plan.output_dir, plan.snapshot_dir))
     return plan
 
 
-def _check_budgets(config, plan: Plan, rollout_references: list[str], heldout_references: list[str]) -> None:
+def _check_budgets(config, plan: Plan, rollout_references: list[str], validation_queries) -> None:
     """Completions must hold the answers they are rewarded on: the observation and, for a model SFT
     taught to think, its thinking (issue 16.4: 48-token completions for 200-token answers made every
     reward equal and every gradient 0)."""
+    from pipeline.training import validation
     from pipeline.training.budgets import answer_tokens, percentile_95, require_budget, thinking_allowance
     from pipeline.training.models import load_tokenizer
 
     tokenizer = load_tokenizer(plan.base_ref, config.model.trust_remote_code)
-    thinking = thinking_allowance(plan.base_ref)
+    thinking = thinking_allowance(plan.base_ref) if _run_format(plan).thinking else 0
     what = "the observations" + (" plus the thinking SFT taught" if thinking else "")
     require_budget("rl.max_completion_length", config.rl.max_completion_length,
                    percentile_95(answer_tokens(tokenizer, rollout_references)) + thinking, f"{what} of the rl prompts")
-    if heldout_references:
-        require_budget("rl.eval_max_tokens", config.rl.eval_max_tokens,
-                       percentile_95(answer_tokens(tokenizer, heldout_references)) + thinking, f"{what} of the held-out queries")
+    validation.check_budget(config, tokenizer, validation_queries, thinking)
 
 
 def train(config, plan: Plan) -> None:
-    """Every process, from the plan's files only (never the store): the held-out predictions before,
-    GSPO (resuming from the newest complete checkpoint), the predictions after, the reward curves;
-    the main process writes `trained.json` last."""
+    """Every process, from the plan's files only (never the store): GSPO (resuming from the newest
+    complete checkpoint), then on the main process the reward of the starting and the trained model on
+    the training prompts, the validation score of both, the instruction-following where RL trains
+    controls, the reward curves; the main process writes `trained.json` last."""
+    from pipeline.prompts.answer_format import model_format, write_model_format
     from pipeline.rl.heldout import heldout_predictions
+    from pipeline.rl.prompt_rewards import measure_prompt_rewards, prompt_reward_metrics
     from pipeline.rl.prompts import read_prompts
     from pipeline.rl.training import RLLearnedNothing, learned_nothing_reason, train_gspo
+    from pipeline.training import validation
     from pipeline.training.trainer import load_tokenizer_with_chatml
 
     rl = config.rl
     trained_file = plan.output_dir / TRAINED_FILE
     if plan.done or trained_file.is_file():
         return
-    heldout = _heldout_queries(config, plan)
-    is_main = _is_main_process()
-    if is_main:
-        heldout_predictions(heldout, plan.base_ref, rl.eval_max_tokens, plan.output_dir, _heldout_sets(rl, "before"))
+    fmt = _run_format(plan)
     prompts = read_prompts(plan.prompts_path)
     tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
     rewards, judge = _rewards(config, plan, prompts, tokenizer)
@@ -292,7 +305,16 @@ def train(config, plan: Plan) -> None:
     if reason is not None and rl.fail_when_nothing_learned:
         # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
         raise RLLearnedNothing(f"rl: {reason}")
-    heldout_predictions(heldout, str(plan.model_dir), rl.eval_max_tokens, plan.output_dir, _heldout_sets(rl, "after"))
+    write_model_format(plan.model_dir, fmt)
+    # The reward RL optimises, on its own prompts, by the model it started from and the one it trained.
+    prompt_rewards = {name: measure_prompt_rewards(prompts, ref, rl.max_completion_length, plan.output_dir, name, rewards)
+                      for name, ref in (("before", plan.base_ref), ("after", str(plan.model_dir)))}
+    queries = validation.read_queries(config, plan.output_dir, plan.snapshot_dir)
+    measured = validation.measure(config, queries, plan.output_dir, (plan.base_ref, model_format(plan.base_ref, None)),
+                                  (str(plan.model_dir), fmt))
+    if rl.control_fraction > 0:  # instruction-following on the validation targets, each with one instruction
+        for name, ref in (("before", plan.base_ref), ("after", str(plan.model_dir))):
+            heldout_predictions(queries, ref, config.validation.max_tokens, plan.output_dir, [(f"{name}_control", True)], fmt)
     curves = reward_curves(outcome.history)
     weights = f"{rl.reward.main_weight:g} x {rewards.main_name} + {rl.reward.rule_weight:g} x rule"
     _plot(plan.output_dir / REWARDS_PLOT, curves, weights)
@@ -304,6 +326,9 @@ def train(config, plan: Plan) -> None:
         "reward_first_step": combined[0][1] if combined else None,
         "reward_last_step": combined[-1][1] if combined else None,
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
+        **reward_shares(curves, rl.reward.main_weight, rl.reward.rule_weight, rewards.main_name),
+        **prompt_reward_metrics(prompt_rewards["before"], prompt_rewards["after"]),
+        **measured,
         "global_step": outcome.global_step,
         "parameters_changed": outcome.parameters_changed,
         "prompts_per_step": outcome.prompts_per_step,
@@ -315,9 +340,18 @@ def train(config, plan: Plan) -> None:
     write_text_atomic(trained_file, json.dumps(trained, indent=2, sort_keys=True) + "\n")
 
 
-def _heldout_sets(rl, when: str) -> list[tuple[str, bool]]:
-    """The held-out prediction sets of one model: plain, and with a control instruction each where RL trains them."""
-    return [(when, False)] + ([(f"{when}_control", True)] if rl.control_fraction > 0 else [])
+def reward_shares(curves: dict[str, list[tuple[int, float]]], main_weight: float, rule_weight: float,
+                  main_name: str) -> dict[str, float]:
+    """Each reward's share of the combined reward over the run (the weighted means of TRL's per-step
+    means, summed over steps): whether the rule reward, the 1 of 9:1, fired at all. The rule's step
+    mean is over the completions it applies to, so its share is weighted by its coverage."""
+    main = sum(v for _, v in curves.get(f"rewards/{main_name}/mean", []))
+    coverage = dict(curves.get("rule/coverage", []))
+    rule = sum(v * coverage.get(step, 0.0) for step, v in curves.get("rewards/rule/mean", []))
+    total = main_weight * main + rule_weight * rule
+    if total <= 0:
+        return {}
+    return {f"reward_share.{main_name}": main_weight * main / total, "reward_share.rule": rule_weight * rule / total}
 
 
 def _is_main_process() -> bool:
@@ -327,9 +361,10 @@ def _is_main_process() -> bool:
 
 
 def record(store, plan: Plan) -> StageResult:
-    """On the data side, after `train`: judge the held-out predictions, register the checkpoint, report."""
-    from pipeline.rl.heldout import heldout_control_following, heldout_score
+    """On the data side, after `train`: the instruction-following rates, register the checkpoint, report."""
+    from pipeline.rl.heldout import heldout_control_following
     from pipeline.rl.prompts import read_prompts
+    from pipeline.training import validation
 
     prompts = read_prompts(plan.prompts_path)
     metrics_file = plan.output_dir / METRICS_FILE
@@ -341,15 +376,11 @@ def record(store, plan: Plan) -> StageResult:
         if not trained_file.is_file():
             raise RuntimeError(f"{STAGE}: {trained_file} is missing: training did not finish")
         config = SimulacraConfig.model_validate(plan.config)
-        judge, client = _heldout_judge(config, store)
-        heldout = _heldout_queries(config, plan)
-        scores = {name: heldout_score(heldout, plan.output_dir, name, judge) for name in ("before", "after")}
-        if client is not None:
-            client.check_failures()
+        queries = validation.read_queries(config, plan.output_dir, plan.snapshot_dir)
         following = {}
         if config.rl.control_fraction > 0:  # instruction-following on the same queries, each with one instruction
             for name in ("before", "after"):
-                measured = heldout_control_following(heldout, plan.output_dir, f"{name}_control")
+                measured = heldout_control_following(queries, plan.output_dir, f"{name}_control", _run_format(plan))
                 following[f"heldout_control_following_{name}"] = measured["following_rate"]
                 following[f"heldout_control_following_{name}_by_kind"] = measured["by_kind"]
         metrics = {
@@ -360,14 +391,11 @@ def record(store, plan: Plan) -> StageResult:
             "prompts_with_rule_reward": sum(1 for p in prompts if p.verifier is not None and not p.control),
             **_selection(plan),
             **json.loads(trained_file.read_text()),
-            **heldout_metrics(scores),
             **following,
             "fingerprint": plan.fingerprint,
             "base_model": plan.base_ref,
         }
         summary = _summary(metrics)
-    # The held-out answers join the store's cache: evaluation asks these checkpoints the same queries.
-    adopt_answers(store, plan.output_dir / HELDOUT_CACHE)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     return _result(plan, metrics, _tables(plan, prompts), summary)
 

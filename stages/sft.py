@@ -1,37 +1,41 @@
-"""Stage 2, rejection-sampled SFT (SPEC.md; issue 10): judged thinking candidates, then training on the winners.
+"""Stage 2, rejection-sampled SFT (SPEC.md; issue 10), in the thinking or the direct format (issue 28).
 
 Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker when
 `orchestration.gpu_deployment` is set; `run` runs all three in one process):
 1. `prepare`, on the data side, with the store: the model SFT starts from (the registered CPT
-   checkpoint unless `sft.base_model`), a Parquet snapshot of the cpt, sft and eval pools, the
-   fingerprint; then rejection sampling (pipeline/sft/sampling.py) over a seeded choice of the sft
-   pool's target turns (`sft.max_queries`; a turn too long for `sft.max_length` even with the
-   shortest template and no history is passed over before anything is generated for it): K
-   candidates, strictly parsed, judged against the real observation, the ones that pass `min_score`
-   and the thinking check compared pairwise round robin in both orders (by the LLM judge; the
-   similarity judge's ranking decides alone), a keep/discard decision per query, every row
-   committed as it is produced, so a killed run resumes where it was; then the training
-   sequences of the kept queries (pipeline/sft/samples.py: one of ten system templates per sample,
-   labels on the assistant output only) and the held-out sequences (the eval pool in CPT's format
-   and windows, so the cross-entropy is comparable with CPT's);
-2. `train`, from files only: the held-out queries predicted by the model before SFT, training
-   through the shared packed Trainer path (pipeline/training/trainer.py), resuming from its last
-   checkpoint, the held-out queries predicted again by the trained model;
-3. `record`, on the data side: the judge scores both sets of held-out predictions, which then join
-   the store's answer cache (evaluation asks the CPT and SFT checkpoints the same queries); the
-   checkpoint is registered; `metrics.json` marks the run complete.
+   checkpoint unless `sft.base_model`), a Parquet snapshot of the cpt, sft and val pools, the
+   fingerprint; a seeded choice of the sft pool's target turns (`sft.max_queries`; a turn too long
+   for `sft.max_length` even with the shortest template and no history is passed over before anything
+   is generated for it). Then, in the format `answers.thinking` chooses:
+   - thinking: rejection sampling (pipeline/sft/sampling.py): K candidates, strictly parsed, judged
+     against the real observation, the ones that pass `min_score` and the thinking check compared
+     pairwise round robin in both orders (by the LLM judge; the similarity judge's ranking decides
+     alone), a keep/discard decision per query, every row committed as it is produced, so a killed
+     run resumes where it was;
+   - direct: every chosen query is a sample, its target the real observation; nothing is generated
+     or judged (`_direct_samples` says why);
+   then the training sequences of the kept queries (pipeline/sft/samples.py: one of ten system
+   templates per sample, asking for the run's format; labels on the assistant output only), the
+   held-out sequences (the val pool in CPT's format and windows, so the cross-entropy is comparable
+   with CPT's) and the validation targets;
+2. `train`, from files only: training through the shared packed Trainer path
+   (pipeline/training/trainer.py), resuming from its last checkpoint; the format beside the model
+   (`answer_format.json`); the validation score (pipeline/training/validation.py) of the starting
+   model in its own format and of the trained model in SFT's;
+3. `record`, on the data side: the checkpoint is registered; `metrics.json` marks the run complete.
 
-The target of a kept sample ends with the winner's thinking followed by the *real* observation,
-not the winner's prediction: the judge admits a prediction that differs from the environment where
-the rubric only asks for plausibility (a PID, a timestamp, an unseen file's contents); training on
-it would teach the generator's guesses as facts, where the real observation is the environment's
-own answer. The thinking stays the winner's, the reasoning the data lacks, and it must lead to the
-observation it is trained before: SPEC's "If the best falls below a minimum score the query is
-discarded" read for a target of thinking + real observation. So a candidate competes only when its
-own prediction agrees with the real observation on deterministic content (`sft.min_content_agreement`
-for the similarity judge, the judge's factuality `sft.min_factuality` for the LLM judge), besides
-`min_score`; a query with no such candidate is discarded as `thinking_inconsistent` (issue 17, item 7:
-in the demo 23 of 28 kept winners predicted another record than the one trained on).
+The target of a kept thinking sample ends with the winner's thinking followed by the *real*
+observation, not the winner's prediction: the judge admits a prediction that differs from the
+environment where the rubric only asks for plausibility (a PID, a timestamp, an unseen file's
+contents); training on it would teach the generator's guesses as facts, where the real observation
+is the environment's own answer. The thinking stays the winner's, the reasoning the data lacks, and
+it must lead to the observation it is trained before: SPEC's "If the best falls below a minimum score
+the query is discarded" read for a target of thinking + real observation. So a candidate competes
+only when its own prediction agrees with the real observation on deterministic content
+(`sft.min_content_agreement` for the similarity judge, the judge's factuality `sft.min_factuality`
+for the LLM judge), besides `min_score`; a query with no such candidate is discarded as
+`thinking_inconsistent` (issue 17, item 7: in the demo 23 of 28 kept winners predicted another record
+than the one trained on).
 """
 
 import json
@@ -42,25 +46,25 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
-from pipeline.llm.cache import adopt_answers
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.prompts.answer_format import answer_format, model_format, stage_format, write_model_format
 from pipeline.prompts.sft import TEMPLATES
 from pipeline.sft.base_model import sft_base_ref
-from pipeline.sft.candidates import parse_candidate, render_thinking_output
-from pipeline.sft.queries import Query, chat_messages, choose_targets, load_queries
+from pipeline.sft.candidates import render_thinking_output
+from pipeline.sft.queries import Query, choose_targets, load_queries
 from pipeline.stage import StageResult
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
-from pipeline.training.runs import HELDOUT_CACHE, RunPlan, claim_run_folder, complete_run, heldout_metrics
+from pipeline.training.runs import RunPlan, claim_run_folder, complete_run
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 
 STAGE = "sft"
-POOLS = ("cpt", "sft", "eval")
+POOLS = ("cpt", "sft", "val")
 METRICS_FILE = "metrics.json"
-QUERIES_FILE = "queries.json"  # the sft queries sampled and the held-out eval queries, as (trajectory, turn)
+QUERIES_FILE = "queries.json"  # the sft queries and the validation targets, as (trajectory, turn)
 SAMPLING_FILE = "sampling.json"
 TRAINED_FILE = "trained.json"
 STATS_FILE = "stats.json"
@@ -114,6 +118,23 @@ def _sample(config, store, plan: Plan, queries: list[Query], judge, judge_label:
 def _reasons(selections: list[dict[str, Any]]) -> str:
     counts = Counter(row["reason"] for row in selections)
     return ", ".join(f"{reason} {n}" for reason, n in counts.most_common()) or "none decided"
+
+
+def _kept_none(store, sft, sampler, queries: list[Query], selections: list[dict[str, Any]]) -> str:
+    """Why no query was kept, and the fix. Candidates refused for holding the API key (`held_secret`) come
+    first: no threshold or generator helps while the endpoint echoes credentials (issue 29.5)."""
+    held = store.scalar(
+        "SELECT count(*) FROM sft_candidates WHERE parse_status = 'held_secret' AND query_id IN (SELECT unnest(?::VARCHAR[])) "
+        "AND generator IN (SELECT unnest(?::VARCHAR[]))",
+        [_query_ids(queries), [generator.label for generator in sampler.generators]],
+    )
+    kept_none = f"sft kept none of {len(queries)} queries ({_reasons(selections)})"
+    if held:
+        return (f"{kept_none}: {held} candidate(s) held the API key (held_secret), so the generator endpoint echoes "
+                "credentials into its answers (a debugging proxy copying the Authorization header does): point "
+                "sft.generators at an endpoint that does not, then rerun; see the sft_candidates table")
+    return (f"{kept_none}: see the sft_samples table; lower sft.min_score ({sft.min_score:g}) or the thinking check "
+            f"({_thinking_check(sft)}), or use a stronger generator")
 
 
 def _thinking_check(sft) -> str:
@@ -212,7 +233,7 @@ def _plot_scores(store, plan: Plan, judge_label: str, selection: str, queries: l
 
 
 # -- 3. sequences ---------------------------------------------------------------------------------
-def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queries: list[Query]) -> dict[str, Any]:
+def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queries: list[Query], thinking: bool) -> dict[str, Any]:
     from pipeline.sft.samples import sft_sequence
     from pipeline.training.models import ensure_chatml_tokens
     from pipeline.training.sequences import SequenceBuilder, SequenceWriter
@@ -233,8 +254,9 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
             if not row["kept"]:
                 continue
             query = by_id[row["query_id"]]
-            system = TEMPLATES[row["template_id"]].render(query.domain, query.system)
-            target = render_thinking_output(row["thinking"], query.reference)
+            system = TEMPLATES[row["template_id"]].render(query.domain, query.system, thinking)
+            # Thinking: the winner's thinking, then the real observation; direct: the real observation alone.
+            target = render_thinking_output(row["thinking"], query.reference) if thinking else query.reference
             built = sft_sequence(builder, query.trajectory_id, system, query.history, query.action, target, query.turn_index)
             counted["history_turns_dropped"] += built.history_dropped
             if built.sequence is None:
@@ -243,16 +265,17 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
             train.write(built.sequence)
             # The thinking block as taught, tags and separator included: what a held-out answer spends
             # before its observation (pipeline/training/budgets.py).
-            thinking_lengths.append(len(tokenizer.encode(render_thinking_output(row["thinking"], ""), add_special_tokens=False)))
+            if thinking:
+                thinking_lengths.append(len(tokenizer.encode(render_thinking_output(row["thinking"], ""), add_special_tokens=False)))
             templates[row["template_id"]] += 1
             counted["train_sequences"] += 1
             counted["train_tokens"] += len(built.sequence.input_ids)
             counted["train_label_tokens"] += sum(1 for label in built.sequence.labels if label != -100)
-    # The eval pool exactly as CPT measures it (its template, windows, max_length and cap), so the
+    # The validation pool exactly as CPT measures it (its template, windows, max_length and cap), so the
     # two stages' observation cross-entropies are on the same tokens.
     cpt_builder = SequenceBuilder(tokenizer, config.cpt.max_length, config.cpt.seed)
     with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
-        for trajectory in read_pool(plan.snapshot_dir, "eval"):
+        for trajectory in read_pool(plan.snapshot_dir, "val"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
             windows, _ = cpt_builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True)
             for window in windows[: config.cpt.eval_max_sequences - counted["eval_sequences"]]:
@@ -266,62 +289,6 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
              "templates": {str(t): n for t, n in sorted(templates.items())}}
     stats_path.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")  # last: marks both files complete
     return stats
-
-
-# -- 4. held-out predictions (training side) and their scores (data side) -------------------------
-def _heldout_messages(query: Query, thinking: bool) -> tuple[dict[str, str], ...]:
-    """Each model in the format it was trained on: CPT's template (non-thinking) before SFT, the first
-    SFT template (thinking) after."""
-    system = TEMPLATES[0].render(query.domain, query.system) if thinking else render_cpt_system_prompt(query.domain, query.system)
-    return chat_messages(query, system)
-
-
-def _heldout_queries(config, plan: Plan) -> list[Query]:
-    chosen = [tuple(target) for target in json.loads((plan.output_dir / QUERIES_FILE).read_text())["eval"]]
-    return load_queries(plan.snapshot_dir, "eval", chosen, config.sft.max_history_chars) if chosen else []
-
-
-def _heldout_predictions(config, plan: Plan, queries: list[Query], model_ref: str, thinking: bool, name: str) -> list[dict]:
-    """Greedy predictions of the held-out queries by `model_ref` (the transformers backend), where
-    training runs. They never touch the store: the client caches in a scratch DuckDB file of the
-    run's folder, so a GPU worker can make them."""
-    from pipeline.config.llm import EndpointConfig
-    from pipeline.llm.client import ChatRequest, open_client
-    from pipeline.store.database import Store
-
-    path = plan.output_dir / f"heldout_{name}_predictions.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=config.sft.eval_max_tokens)
-    with Store(plan.output_dir / HELDOUT_CACHE) as scratch:
-        client = open_client(endpoint, scratch, f"sft.heldout.{name}")
-        answers = client.complete_sync([ChatRequest(_heldout_messages(query, thinking)) for query in queries]) if queries else []
-    predictions = [{"query_id": q.query_id, "text": a.text, "error": a.error, "thinking": thinking} for q, a in zip(queries, answers)]
-    write_text_atomic(path, json.dumps(predictions, indent=2) + "\n")
-    return predictions
-
-
-def _heldout_score(queries: list[Query], predictions: list[dict], judge) -> dict[str, Any]:
-    """Mean judge score over the held-out queries; a thinking-format prediction that does not parse,
-    or a failed generation, scores 0. An empty observation is judged like any other: `mkdir x` prints
-    nothing, so an empty answer can be the right one (issue 17, item 16)."""
-    from pipeline.sft.judging import PointwiseItem
-
-    if not queries:
-        return {"queries": 0, "usable_predictions": 0, "mean_score": None}
-    usable: list[tuple[int, str]] = []
-    for index, prediction in enumerate(predictions):
-        text = prediction["text"]
-        if prediction["thinking"]:
-            parsed = parse_candidate(text)
-            text = parsed.prediction if parsed.ok else None
-        if text is not None:
-            usable.append((index, text))
-    verdicts = judge.pointwise([PointwiseItem(queries[i], text) for i, text in usable]) if usable else []
-    scores = [0.0] * len(queries)
-    for (index, _), verdict in zip(usable, verdicts):
-        scores[index] = verdict.score
-    return {"queries": len(queries), "usable_predictions": len(usable), "mean_score": sum(scores) / len(scores)}
 
 
 def _choose_queries(sft, plan: Plan, store, tokenizer) -> tuple[list[Query], int]:
@@ -376,7 +343,8 @@ def prepare(config, store) -> Plan:
     """Everything that reads or writes the store: sampling and judging, then the Parquet sequences."""
     from transformers.utils import logging as hf_logging
 
-    from pipeline.sft.generators import build_judge, judge_label
+    from pipeline.config.answers import resolve_thinking
+    from pipeline.training import validation
 
     hf_logging.disable_progress_bar()  # a weight-loading bar per model load; the stage reports its own progress
     sft = config.sft
@@ -391,7 +359,59 @@ def prepare(config, store) -> Plan:
             "with the shortest system template and no history: raise sft.max_length"
         )
     chosen = [(query.trajectory_id, query.turn_index) for query in queries]
-    heldout = choose_targets(target_turns(store, "eval"), sft.eval_queries, sft.seed) if sft.eval_queries else []
+    thinking = resolve_thinking(config)
+    if thinking:
+        selections, sampled = _rejection_sample(config, store, plan, queries, tokenizer)
+    else:
+        selections, sampled = _direct_samples(sft, queries), {"selection": DIRECT_SELECTION}
+    kept = sum(1 for row in selections if row["kept"])
+    stats = _build_sequences(config, plan, selections, queries, thinking)
+    if not stats["train_sequences"]:
+        raise UserFixableError(
+            f"none of the {kept} kept samples fits in sft.max_length ({sft.max_length} tokens) even without history: "
+            "raise sft.max_length"
+        )
+    targets = validation.choose(store, config)
+    validation.write_targets(plan.output_dir, targets)
+    validation.check_budget(config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+                            stats.get(THINKING_P95, 0))
+    write_text_atomic(plan.output_dir / QUERIES_FILE, json.dumps({"sft": chosen, "val": targets}) + "\n")
+    sampling = {
+        "queries": len(queries),
+        "queries_unfittable": unfittable,
+        "kept": kept,
+        "retention": kept / len(queries),
+        "answer_format": stage_format(STAGE, thinking).name,
+        **sampled,
+        **{k: v for k, v in stats.items() if not isinstance(v, dict)},
+        **{f"template.{t}": n for t, n in stats["templates"].items()},
+    }
+    write_text_atomic(plan.output_dir / SAMPLING_FILE, json.dumps(sampling, indent=2, sort_keys=True) + "\n")
+    return plan
+
+
+# What `sampling.json` names as the selection of a direct run: nothing was generated or selected.
+DIRECT_SELECTION = "direct: the real observations, nothing generated"
+
+
+def _direct_samples(sft, queries: list[Query]) -> list[dict[str, Any]]:
+    """Direct SFT (issue 28): every chosen query is a sample whose target is the real observation, under
+    its drawn template. There is nothing to reject: rejection sampling chooses among generated thinking,
+    and the real observation is already the environment's own answer (the thinking format's target
+    ends with it too). So nothing is generated or judged, and the budget SFT spent on sampling goes to
+    training. `simulacra stats` and the sft_samples table stay as the last thinking run left them."""
+    from pipeline.prompts.sft import draw_template
+
+    return [{"query_id": q.query_id, "kept": True, "thinking": None,
+             "template_id": draw_template(sft.seed, q.trajectory_id, q.turn_index).template_id} for q in queries]
+
+
+def _rejection_sample(config, store, plan: Plan, queries: list[Query], tokenizer) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Thinking SFT: K candidates per query, judged, the winners kept (SPEC.md, Stage 2); the selections
+    (one row per query) and what sampling did, for `sampling.json`."""
+    from pipeline.sft.generators import build_judge, judge_label
+
+    sft = config.sft
     _check_generator_budgets(sft, tokenizer, queries)
     label = judge_label(sft.judge)
     judge, judge_client = build_judge(sft.judge, store)
@@ -401,50 +421,28 @@ def prepare(config, store) -> Plan:
     selections = _selections(store, sampler.selection, queries)
     kept = sum(1 for row in selections if row["kept"])
     if not kept:
-        raise UserFixableError(
-            f"sft kept none of {len(queries)} queries ({_reasons(selections)}): see the sft_samples table; lower "
-            f"sft.min_score ({sft.min_score:g}) or the thinking check ({_thinking_check(sft)}), or use a stronger generator"
-        )
-    stats = _build_sequences(config, plan, selections, queries)
-    if not stats["train_sequences"]:
-        raise UserFixableError(
-            f"none of the {kept} kept samples fits in sft.max_length ({sft.max_length} tokens) even without history: "
-            "raise sft.max_length"
-        )
-    heldout_references = [q.reference for q in load_queries(plan.snapshot_dir, "eval", heldout, sft.max_history_chars)]
-    require_budget("sft.eval_max_tokens", sft.eval_max_tokens,
-                   percentile_95(answer_tokens(tokenizer, heldout_references)) + stats.get(THINKING_P95, 0),
-                   "the held-out observations plus the thinking the kept samples teach")
-    write_text_atomic(plan.output_dir / QUERIES_FILE, json.dumps({"sft": chosen, "eval": heldout}) + "\n")
+        raise UserFixableError(_kept_none(store, sft, sampler, queries, selections))
     _plot_scores(store, plan, label, sampler.selection, queries, sft.min_score)
-    sampling = {
-        "queries": len(queries),
-        "queries_unfittable": unfittable,
-        "kept": kept,
-        "retention": kept / len(queries),
+    return selections, {
         "candidates_per_query": sft.candidates_per_query,
         "candidates_generated_this_run": tally.candidates_generated,
         "judgements_this_run": tally.pointwise_judged + tally.pairwise_judged,
         "judge": label,
         "thinking_check": _thinking_check(sft),
         "selection": sampler.selection,
-        **{k: v for k, v in stats.items() if not isinstance(v, dict)},
-        **{f"template.{t}": n for t, n in stats["templates"].items()},
     }
-    write_text_atomic(plan.output_dir / SAMPLING_FILE, json.dumps(sampling, indent=2, sort_keys=True) + "\n")
-    return plan
 
 
 def train(config, plan: Plan) -> None:
-    """From the plan's files only (never the store): the held-out predictions of the model before SFT,
-    training (resuming from the last checkpoint), the predictions after; `trained.json` last."""
+    """From the plan's files only (never the store): training (resuming from the last checkpoint), then
+    the validation score of the model before SFT and after it, each in its own format; `trained.json` last."""
+    from pipeline.training import validation
     from pipeline.training.trainer import TrainingJob, train as train_model
 
     trained_file = plan.output_dir / TRAINED_FILE
     if plan.done or trained_file.is_file():
         return
-    queries = _heldout_queries(config, plan)
-    _heldout_predictions(config, plan, queries, plan.base_ref, False, "before")
+    fmt = answer_format(json.loads((plan.output_dir / SAMPLING_FILE).read_text())["answer_format"])
     job = TrainingJob(
         stage=STAGE,
         progress_label="sft training steps",
@@ -459,8 +457,13 @@ def train(config, plan: Plan) -> None:
     outcome = train_model(config, job)
     if not outcome.is_main_process:
         return
-    _heldout_predictions(config, plan, queries, plan.model_dir, True, "after")
+    write_model_format(plan.model_dir, fmt)
+    # The starting model in the format it was trained in (CPT's, for a CPT checkpoint), the new one in SFT's.
+    measured = validation.measure(config, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+                                  plan.output_dir, (plan.base_ref, model_format(plan.base_ref, None)),
+                                  (str(plan.model_dir), fmt))
     trained = {
+        **measured,
         "eval_observation_ce_before": outcome.eval_ce_before,
         "eval_observation_ce_after": outcome.eval_ce_after,
         "global_step": outcome.global_step,
@@ -473,25 +476,23 @@ def train(config, plan: Plan) -> None:
 
 
 def _summary(metrics: dict[str, Any]) -> str:
+    from pipeline.training.validation import summary_words
+
     ce = ""
     if metrics.get("eval_observation_ce_before") is not None:
-        ce = f"; held-out observation CE {metrics['eval_observation_ce_before']:.3f} -> {metrics['eval_observation_ce_after']:.3f}"
-    judged = ""
-    if metrics.get("heldout_score_before") is not None:
-        judged = f"; held-out judge score {metrics['heldout_score_before']:.2f} -> {metrics['heldout_score_after']:.2f}"
-        if metrics.get("heldout_parse_rate_after") is not None:
-            judged += f", thinking answers parsed {metrics['heldout_parse_rate_after']:.0%}"
+        ce = f"; validation observation CE {metrics['eval_observation_ce_before']:.3f} -> {metrics['eval_observation_ce_after']:.3f}"
+    scored = summary_words(metrics)
     passed = f" ({n} longer than sft.max_length passed over)" if (n := metrics.get("queries_unfittable")) else ""
+    kept = (f"{metrics['queries']} queries, their real observations as targets" if metrics["selection"] == DIRECT_SELECTION
+            else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})")
     return (
-        f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%}){passed}, "
-        f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}{judged}"
+        f"{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
+        f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}" + (f"; {scored}" if scored else "")
     )
 
 
 def record(store, plan: Plan) -> StageResult:
-    """On the data side, after `train`: judge the held-out predictions, register the checkpoint, report."""
-    from pipeline.sft.generators import build_judge
-
+    """On the data side, after `train`: register the checkpoint, report."""
     config = SimulacraConfig.model_validate(plan.config)
     chosen = json.loads((plan.output_dir / QUERIES_FILE).read_text())
     queries = load_queries(plan.snapshot_dir, "sft", [tuple(t) for t in chosen["sft"]], config.sft.max_history_chars)
@@ -504,34 +505,28 @@ def record(store, plan: Plan) -> StageResult:
         if not trained_file.is_file():
             raise RuntimeError(f"{STAGE}: {trained_file} is missing: training did not finish")
         sampling = json.loads((plan.output_dir / SAMPLING_FILE).read_text())
-        judge, judge_client = build_judge(config.sft.judge, store)
-        heldout = _heldout_queries(config, plan)
-        scores = {
-            name: _heldout_score(heldout, json.loads((plan.output_dir / f"heldout_{name}_predictions.json").read_text()), judge)
-            for name in ("before", "after")
-        }
-        if judge_client is not None:
-            judge_client.check_failures()
-        tables = _breakdowns(store, sampling["selection"], sampling["judge"], queries)
-        overall = next(row for row in tables["sft-retention"] if row["domain"] == "all")
+        selected = {}
+        if sampling["selection"] != DIRECT_SELECTION:
+            tables = _breakdowns(store, sampling["selection"], sampling["judge"], queries)
+            overall = next(row for row in tables["sft-retention"] if row["domain"] == "all")
+            selected = {
+                **{f"retention.{row['domain']}": row["retention"] for row in tables["sft-retention"] if row["domain"] != "all"},
+                "mean_winner_score": overall["mean_winner_score"],
+                "invalid_judgements": sum(row["judgements"] for row in tables["sft-judgements"] if not row["valid"]),
+            }
         metrics = {
             **sampling,
-            **{f"retention.{row['domain']}": row["retention"] for row in tables["sft-retention"] if row["domain"] != "all"},
-            "mean_winner_score": overall["mean_winner_score"],
-            "invalid_judgements": sum(row["judgements"] for row in tables["sft-judgements"] if not row["valid"]),
+            **selected,
             **json.loads(trained_file.read_text()),
-            **heldout_metrics(scores),
             "fingerprint": plan.fingerprint,
             "base_model": plan.base_ref,
         }
         summary = _summary(metrics)
-    # The held-out answers join the store's cache: evaluation asks these checkpoints the same queries.
-    adopt_answers(store, plan.output_dir / HELDOUT_CACHE)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     plot = plan.output_dir / SCORES_PLOT
+    tables = {} if metrics["selection"] == DIRECT_SELECTION else _breakdowns(store, metrics["selection"], metrics["judge"], queries)
     return StageResult(
-        stage=STAGE, metrics=metrics, output_path=plan.model_dir, summary=summary,
-        tables=_breakdowns(store, metrics["selection"], metrics["judge"], queries),
+        stage=STAGE, metrics=metrics, output_path=plan.model_dir, summary=summary, tables=tables,
         images={"sft-score-distribution": plot} if plot.is_file() else {},
     )
 

@@ -1,4 +1,4 @@
-"""`simulacra split`: every kept trajectory in exactly one pool (cpt, sft, rl, eval), and its targets.
+"""`simulacra split`: every kept trajectory in exactly one pool (cpt, sft, rl, val, eval), and its targets.
 
 Placement. Whole groups are placed, not trajectories: runs of one task share most of their
 (action, observation) pairs, so a task with runs on both sides of the eval line puts training data
@@ -6,7 +6,9 @@ in the eval pool (issue 13: 102 of 212 demo eval targets were verbatim in the cp
 trajectory's group key is `<field>:<value>` for the first of `split.group_by` that is set and not
 blank (`task`, or a path into `metadata`), else `trajectory_id:<id>`; it is recorded in `splits`.
 The group's position u in [0, 1) is the first 52 bits of md5(salt:group_key); the pools take
-consecutive slices of [0, 1) in the order cpt, sft, rl, eval, as wide as their ratios. u depends on
+consecutive slices of [0, 1) in the order cpt, sft, rl, val, eval, as wide as their ratios. The val
+pool (issue 28) is the training side's held-out part: stages report on it and `export` chooses by it,
+so the eval pool only reports. u depends on
 the key alone, so adding data never moves a trajectory (a new run of a known task joins its pool),
 and eval never meets a training pool in a group. md5 rather than DuckDB's `hash()`: its value is
 fixed by a standard, not by a library version.
@@ -22,7 +24,7 @@ alone, not on other data, nor on a random generator whose algorithm a Python rel
 - `all`: every kept turn (SFT: each turn is a query);
 - `one`: the kept turn of smallest rank (RL: one turn per trajectory, SPEC.md's echo trap);
 - `first_last_middle`: the first and last kept turns and the `middle` smallest-ranked turns
-  between them (eval: AgentWorldBench's first, last and 3 middle turns).
+  between them (val and eval: AgentWorldBench's first, last and 3 middle turns).
 The cpt pool has no targets: its whole trajectory trains, masked by keep ratio. A thought turn
 (schema.THOUGHT: the agent thinking aloud, answered by the harness) is never a target: the choice
 is made among the other kept turns, so "first" and "last" are the first and last turns the
@@ -123,7 +125,8 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
             row_number() OVER (PARTITION BY trajectory_id ORDER BY turn_rank) AS rank,
             row_number() OVER (PARTITION BY trajectory_id, (nth = 1 OR nth = kept) ORDER BY turn_rank) AS middle_rank
         FROM ({ranked})"""
-    selections = {"sft": config.sft_targets, "rl": config.rl_targets, "eval": config.eval_targets}
+    selections = {"sft": config.sft_targets, "rl": config.rl_targets, "val": config.val_targets,
+                  "eval": config.eval_targets}
     per_pool = " OR ".join(f"(pool = '{pool}' AND {_selection_sql(s)})" for pool, s in selections.items())
     strategy = "CASE pool " + " ".join(f"WHEN '{pool}' THEN '{s.strategy}'" for pool, s in selections.items()) + " END"
     targets = f"""SELECT trajectory_id, turn_index, pool, {strategy} AS strategy,
@@ -220,7 +223,7 @@ def pool_report(store: Store) -> list[dict[str, Any]]:
         LEFT JOIN turns u USING (trajectory_id)
         LEFT JOIN chosen c USING (trajectory_id)
         GROUP BY s.pool, t.domain
-        ORDER BY list_position(['cpt', 'sft', 'rl', 'eval'], s.pool), t.domain
+        ORDER BY list_position(['cpt', 'sft', 'rl', 'val', 'eval'], s.pool), t.domain
         """
     )
 
@@ -246,7 +249,7 @@ def overlap_report(store: Store) -> list[dict[str, Any]]:
             FROM pairs p
             JOIN kept_turns k ON k.action = p.action AND k.observation = p.observation
             JOIN splits s USING (trajectory_id)
-            WHERE s.pool <> 'eval'
+            WHERE s.pool IN ('cpt', 'sft', 'rl')
             GROUP BY p.action, p.observation
         )
         SELECT e.domain, count(*) AS eval_targets, count(r.action) AS in_training,

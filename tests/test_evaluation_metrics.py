@@ -4,9 +4,10 @@ import pytest
 
 from pipeline.evaluation.metrics import agentworldbench_sql, exact_match, json_validity, semantic_match, spearman
 from pipeline.evaluation.prompting import (
+    DIRECT,
     NON_THINKING,
+    RL_DIRECT,
     RL_THINKING,
-    STAGE_FORMATS,
     THINKING,
     answer_prefix,
     extract_observation,
@@ -129,17 +130,23 @@ QUERY = Query("t1", 1, "terminal", SystemPrompt(task_description="a shell", acti
 
 
 @pytest.mark.parametrize(
-    ("stage", "prompt_format", "expected_system"),
+    ("stage", "thinking", "prompt_format", "expected_system"),
     [
-        ("base", NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
-        ("cpt", NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
-        ("sft", THINKING, TEMPLATES[0].render("terminal", QUERY.system)),
+        ("base", False, NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
+        ("cpt", True, NON_THINKING, render_cpt_system_prompt("terminal", QUERY.system)),
+        ("sft", True, THINKING, TEMPLATES[0].render("terminal", QUERY.system)),
+        ("sft", False, DIRECT, TEMPLATES[0].render("terminal", QUERY.system, thinking=False)),
         # RL trains (and the export serves) in RL's own template, without a control instruction (item 14).
-        ("rl", RL_THINKING, rl_system_prompt("terminal", QUERY.system, None)),
+        ("rl", True, RL_THINKING, rl_system_prompt("terminal", QUERY.system, None)),
+        ("rl", False, RL_DIRECT, rl_system_prompt("terminal", QUERY.system, None, thinking=False)),
     ],
 )
-def test_each_stage_is_asked_in_the_template_it_trained_in(stage, prompt_format, expected_system):
-    assert STAGE_FORMATS[stage] == prompt_format
+def test_each_stage_is_asked_in_the_template_and_format_it_trained_in(stage, thinking, prompt_format, expected_system, tmp_path):
+    from pipeline.prompts.answer_format import model_format, stage_format, write_model_format
+
+    assert stage_format(stage, thinking).name == prompt_format
+    write_model_format(tmp_path, stage_format(stage, thinking))
+    assert model_format(tmp_path, "sft").name == prompt_format  # the folder's record wins over the stage
     messages = query_messages(QUERY, prompt_format)
     assert messages[0] == {"role": "system", "content": expected_system} and messages[-1]["content"] == "mkdir x"
 
@@ -161,3 +168,25 @@ def test_every_format_is_scored_by_one_rule():
         {k: v for k, v in empty.items() if k not in ("parse_status", "prediction")}
     assert unparsed["judge_raw"] is not None and unparsed["judge_valid"] and unparsed["rouge_l"] == 0.0
     assert failed.get("judge_raw") is None and failed["error"] == "HTTP 500"  # the endpoint's failure: no score
+
+
+def test_the_direct_instruction_asks_for_no_thinking_and_the_thinking_one_does():
+    for template in TEMPLATES:
+        thinking, direct = template.render("terminal", QUERY.system), template.render("terminal", QUERY.system, False)
+        assert "<think>" in thinking and "think" not in direct.lower().replace("thinking", "")
+    assert "<think>" not in rl_system_prompt("terminal", QUERY.system, None, thinking=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "observation"),
+    [
+        ("file.txt\n", "ok", "file.txt\n"),
+        ("", "ok", ""),  # `mkdir x` prints nothing
+        ("<think>\nls lists\n</think>\n\nfile.txt", "think_tag_in_direct", None),
+        ("file.txt</think>", "think_tag_in_direct", None),
+        (None, "generation_failed", None),
+    ],
+)
+def test_a_direct_answer_is_the_observation_unless_it_writes_a_thinking_tag(text, status, observation):
+    for fmt in (DIRECT, RL_DIRECT, NON_THINKING):
+        assert extract_observation(text, fmt)[:2] == (status, observation)

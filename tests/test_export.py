@@ -7,9 +7,13 @@ training stages register theirs, the exported folder read back with transformers
   CPT windows (non-thinking), token for token, on real demo trajectories.
 - Which checkpoint is exported: the last training stage that ran, or the configured one.
 - A rerun is skipped by its fingerprint; the copy to an fsspec URL (a local path, memory://) is whole.
+- Issue 28, hybrid thinking: the export takes the answer format the checkpoint was trained in; the chat
+  template renders the instruction `enable_thinking` asks for (the training renderer's), refuses a
+  format the model was not trained in, and the card says how to ask for each.
 """
 
 import json
+import re
 from pathlib import Path
 
 import fsspec
@@ -91,6 +95,8 @@ def test_export_writes_a_servable_folder(exported):
     AutoModelForCausalLM.from_pretrained(folder)
     metadata = json.loads((folder / "simulacra.json").read_text())
     assert (metadata["source_checkpoint"], metadata["prompt_format"], metadata["thinking"]) == ("sft-bbbb", "sft", True)
+    # No answer_format.json beside the checkpoint: sft trained thinking, as before the model was hybrid.
+    assert (metadata["answer_formats"], metadata["default_answer_format"]) == (["thinking"], "thinking")
     # The length SFT trained at, not the architecture's 4,096 (issue 17, item 17); servers read both.
     assert metadata["context_length"] == config.sft.max_length < TinyModelConfig().max_position_embeddings
     assert tokenizer.model_max_length == config.sft.max_length
@@ -321,6 +327,108 @@ def test_which_checkpoint_is_exported(config, store, tmp_path, registered, chose
             resolve_source(config, store)
     else:
         assert resolve_source(config, store).checkpoint_id == expected
+
+
+@pytest.mark.parametrize(
+    "stage, recorded, chosen, expected",
+    [
+        ("sft", None, None, ("sft", True)),  # no record: the stage's format before the model was hybrid
+        ("cpt", None, None, ("cpt", False)),
+        ("sft", "direct", None, ("sft", False)),  # answer_format.json beside the weights decides
+        ("rl", "rl-direct", None, ("rl", False)),
+        ("rl", "rl-thinking", None, ("rl", True)),
+        ("sft", "direct", "rl", ("rl", False)),  # export.prompt_format names the template, not the answer format
+        ("sft", "direct", "cpt", ("cpt", False)),
+        ("sft", "thinking", "cpt", "CPT trains no thinking"),
+        (None, None, None, "trained in no known prompt format"),  # a folder nothing records
+        (None, "rl-direct", None, ("rl", False)),
+    ],
+)
+def test_the_export_takes_the_answer_format_the_checkpoint_was_trained_in(config, tmp_path, stage, recorded, chosen,
+                                                                          expected):
+    from pipeline.prompts.answer_format import answer_format, write_model_format
+    from pipeline.serving.export_source import SourceCheckpoint, resolve_format
+
+    if recorded is not None:
+        write_model_format(tmp_path, answer_format(recorded))
+    config.export.prompt_format = chosen
+    source = SourceCheckpoint("ckpt-1", stage, tmp_path, "tiny")
+    if isinstance(expected, str):
+        with pytest.raises(NothingToExport, match=expected):
+            resolve_format(config, source)
+    else:
+        fmt = resolve_format(config, source)
+        assert (fmt.name, fmt.thinking) == expected
+
+
+PARTS_SYSTEM = SystemPrompt(task_description="Count the lines of notes.txt.", action_space="bash commands",
+                            tools=[{"type": "function", "function": {"name": "wc"}}], initial_state="notes.txt",
+                            simulation_instructions="Paginate long outputs.")
+THINKING_REFUSED = ("enable_thinking=false asks for the direct answer format, which this model was not trained in "
+                    "(answer formats: thinking)")
+DIRECT_REFUSED = ("enable_thinking=true asks for the thinking answer format, which this model was not trained in "
+                  "(answer formats: direct)")
+
+
+@pytest.mark.parametrize(
+    "name, trained, enable_thinking, expected",
+    [
+        ("sft", False, None, False),  # not given: the trained format
+        ("sft", False, False, False),
+        ("sft", False, True, DIRECT_REFUSED),
+        ("sft", True, None, True),
+        ("sft", True, True, True),
+        ("sft", True, False, THINKING_REFUSED),
+        ("rl", False, False, False),
+        ("rl", False, True, DIRECT_REFUSED),
+        ("rl", True, True, True),
+        ("rl", True, False, THINKING_REFUSED),
+        ("cpt", False, False, False),
+        ("cpt", False, True, DIRECT_REFUSED),
+        ("sft", False, "yes", "enable_thinking must be true or false"),
+    ],
+)
+def test_enable_thinking_chooses_the_instruction_rendered_from_the_parts(tiny_chat_model, name, trained,
+                                                                          enable_thinking, expected):
+    """As Qwen3's templates read `enable_thinking`: from part messages the template renders the system prompt
+    the training stages' renderer writes in that answer format (SFT template 0, RL's, CPT's); a format the
+    model was not trained in raises, naming the trained one."""
+    from jinja2.exceptions import TemplateError
+    from transformers import AutoTokenizer
+
+    from pipeline.prompts.rl import rl_system_prompt
+    from pipeline.serving.prompt_formats import part_messages
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chat_model)
+    tokenizer.chat_template = chat_template(prompt_format(name, trained))
+    messages = part_messages("terminal", PARTS_SYSTEM) + [{"role": "user", "content": "wc -l notes.txt"}]
+    kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+    if isinstance(expected, str):
+        with pytest.raises(TemplateError, match=re.escape(expected)):
+            tokenizer.apply_chat_template(messages, tools=PARTS_SYSTEM.tools, tokenize=False, **kwargs)
+        return
+    rendered = tokenizer.apply_chat_template(messages, tools=PARTS_SYSTEM.tools, tokenize=False, **kwargs)
+    system = {"sft": lambda: TEMPLATES[0].render("terminal", PARTS_SYSTEM, expected),
+              "rl": lambda: rl_system_prompt("terminal", PARTS_SYSTEM, None, expected),
+              "cpt": lambda: render_cpt_system_prompt("terminal", PARTS_SYSTEM)}[name]()
+    assert rendered.startswith(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nwc -l notes.txt")
+    other = prompt_format(name).layout.instruction_for(not expected)
+    assert name == "cpt" or other not in rendered  # the other format's instruction is not there
+
+
+@pytest.mark.parametrize("thinking, trained, refused",
+                         [(False, "`direct`", "`thinking`"), (True, "`thinking`", "`direct`")])
+def test_the_card_says_which_answer_formats_were_trained_and_how_to_ask(thinking, trained, refused):
+    from pipeline.serving.model_card import CardFacts, example_request, render_card
+
+    fmt = prompt_format("sft", thinking)
+    card = render_card(CardFacts("wm", "sft-1", "sft", "sft", thinking, 512, None, "apache-2.0", "project",
+                                 example_request(fmt, "wm", 64)))
+    assert f"Answer formats it was trained in: {trained}; a request that does not say gets {trained}." in card
+    assert f'`"chat_template_kwargs": {{"enable_thinking": {str(thinking).lower()}}}`' in card
+    assert f"  - {refused}: not trained, so refused" in card
+    request = json.loads(re.search(r"### Example request\n.*?```json\n(.*?)\n```", card, re.S).group(1))
+    assert request["chat_template_kwargs"] == {"enable_thinking": thinking}
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,10 @@
-"""Evaluation asks nothing the training stages already asked. SFT and RL predict their held-out queries
-where training runs, in a scratch answer cache; `record` copies those answers into the store's cache
-(pipeline/llm/cache.py `adopt_answers`), and `simulacra evaluate` asks the same checkpoints the same
-queries (the first of one seeded ranking) in the same format and sampling, so it finds them there.
+"""Answers made in a scratch cache can join the store's cache (pipeline/llm/cache.py `adopt_answers`), and
+the training stages' validation asks a model as evaluation does.
 
 - adopted answers are served from the store without loading the model; failures are not adopted;
   adopting twice adds nothing;
-- the requests are the same: each stage's held-out messages equal evaluation's for that format;
-- the demo config keeps them the same: equal seeds, history, token budgets.
+- the requests are the same: validation's messages equal evaluation's for each answer format;
+- the demo config keeps them alike: the same history and token budget.
 """
 
 from pathlib import Path
@@ -17,10 +15,9 @@ from pipeline.evaluation.prompting import NON_THINKING, RL_THINKING, THINKING, q
 from pipeline.llm.cache import adopt_answers
 from pipeline.llm.client import ChatRequest, open_client
 from pipeline.prompts.rl import rl_messages
-from pipeline.sft.queries import Query, choose_targets
+from pipeline.sft.queries import Query
 from pipeline.store.database import Store
 from pipeline.store.schema import ScoredTurn, SystemPrompt
-from stages.sft import _heldout_messages
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = Query(
@@ -54,26 +51,21 @@ def test_adopted_answers_are_served_from_the_store_without_loading_the_model(tin
     assert failed == 0
 
 
-def test_each_stages_heldout_messages_are_evaluations_for_its_format():
-    assert _heldout_messages(QUERY, thinking=False) == query_messages(QUERY, NON_THINKING)  # SFT before: CPT's model
-    assert _heldout_messages(QUERY, thinking=True) == query_messages(QUERY, THINKING)  # SFT after
-    rl = rl_messages(QUERY.domain, QUERY.system, QUERY.history, QUERY.action, None)  # RL after (no control)
+def test_validation_asks_each_format_as_evaluation_does():
+    """A validation score predicts an evaluation one only if the model is asked alike: the same system
+    prompt, history and action for the same answer format."""
+    from pipeline.prompts.answer_format import FORMATS
+    from pipeline.sft.queries import chat_messages
+
+    for name, fmt in FORMATS.items():
+        assert chat_messages(QUERY, fmt.system_prompt(QUERY.domain, QUERY.system)) == query_messages(QUERY, name)
+    rl = rl_messages(QUERY.domain, QUERY.system, QUERY.history, QUERY.action, None)  # RL's own prompts (no control)
     assert tuple(rl) == query_messages(QUERY, RL_THINKING)
 
 
-def test_the_demo_asks_its_held_out_queries_as_evaluation_does():
+def test_the_demo_validates_with_evaluations_budgets():
     config = load_config(REPO / "data/configs/demo.yaml", [])
-    sft, rl, evaluate = config.sft, config.rl, config.evaluate
-    # One seeded ranking: a stage's held-out queries are evaluation's first ones.
-    targets = [(f"t{i}", i % 5) for i in range(40)]
-    ranked = choose_targets(targets, evaluate.max_queries, evaluate.seed)
-    assert choose_targets(targets, sft.eval_queries, sft.seed) == ranked[: sft.eval_queries]
-    assert choose_targets(targets, rl.eval_queries, rl.seed) == ranked[: rl.eval_queries]
-    # The same history and sampling (the held-out endpoints: greedy, the stage's eval_max_tokens, defaults else).
-    assert sft.max_history_chars == rl.max_history_chars == evaluate.max_history_chars
-    heldout = EndpointConfig(backend="transformers", temperature=0.0, max_tokens=evaluate.predictor.max_tokens)
-    predictor = evaluate.predictor
-    assert predictor.backend == "transformers"
-    assert (predictor.temperature, predictor.top_p, predictor.seed, predictor.stop_on_repetition) == (
-        heldout.temperature, heldout.top_p, heldout.seed, heldout.stop_on_repetition)
-    assert sft.eval_max_tokens == rl.eval_max_tokens == predictor.max_tokens
+    validation, evaluate = config.validation, config.evaluate
+    assert validation.max_history_chars == evaluate.max_history_chars
+    assert validation.max_tokens == evaluate.predictor.max_tokens
+    assert evaluate.predictor.backend == "transformers" and evaluate.predictor.temperature == 0.0

@@ -37,24 +37,24 @@ RL_FIELDS = {
     "learning_rate": 1e-3,
     "max_steps": 4,
     "save_steps": 1,
-    "eval_queries": 2,
-    "eval_max_tokens": 64,
     # The random tiny model never writes the thinking format, so every reward is 0 and nothing can be
     # learnt: these tests exercise resume and reporting, and the stage says so in its metrics.
     "fail_when_nothing_learned": False,
 }
+# The thinking format (the tiny model is the only generator, so `auto` would be direct), and 2 validation targets.
+SECTIONS = {"answers": {"thinking": True}, "validation": {"max_queries": 2, "max_tokens": 64}}
 
 
 def rl_store(store: Store) -> None:
     """test_cpt_stage's terminal world; trajectories 0-11 form the rl pool (target: their last turn,
-    every third with a verifier), 12-15 the eval pool (target: turn 0), the rest cpt."""
+    every third with a verifier), 12-15 the val pool (target: turn 0), the rest cpt."""
     fill_store(store, n_trajectories=24)
     with store.transaction() as tx:
         tx.execute("UPDATE splits SET pool = CASE WHEN trajectory_id < 'traj-012' THEN 'rl' "
-                   "WHEN trajectory_id < 'traj-016' THEN 'eval' ELSE 'cpt' END")
+                   "WHEN trajectory_id < 'traj-016' THEN 'val' ELSE 'cpt' END")
         tx.execute("INSERT INTO targets SELECT trajectory_id, max(turn_index), 'rl', 'one', 0, 'test' FROM turns "
                    "WHERE trajectory_id < 'traj-012' GROUP BY trajectory_id")
-        tx.execute("INSERT INTO targets SELECT trajectory_id, 0, 'eval', 'first', 0, 'test' FROM splits WHERE pool = 'eval'")
+        tx.execute("INSERT INTO targets SELECT trajectory_id, 0, 'val', 'first', 0, 'test' FROM splits WHERE pool = 'val'")
         tx.execute("UPDATE turns SET metadata = ?::JSON FROM targets t WHERE t.pool = 'rl' AND turns.trajectory_id = "
                    "t.trajectory_id AND turns.turn_index = t.turn_index AND right(t.trajectory_id, 1) IN ('0', '3', '6', '9')",
                    [json.dumps({"verifier": VERIFIER})])
@@ -63,7 +63,7 @@ def rl_store(store: Store) -> None:
 @pytest.fixture
 def workspace(tmp_path):
     config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace")}, "rl": RL_FIELDS}))
+    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace")}, "rl": RL_FIELDS, **SECTIONS}))
     config = load_config(config_file)
     with Store(config.workspace.database_path) as store:
         rl_store(store)
@@ -110,7 +110,9 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         assert any(step <= metrics["resumed_from_step"] for step in steps)
         assert any(step > metrics["resumed_from_step"] for step in steps)
         assert {"rewards/semantic/mean", "rewards/rule/mean", "completions/mean_length"} <= set(curves)
-        assert metrics["reward_first_step"] is not None and metrics["heldout_score_before"] is not None
+        assert metrics["reward_first_step"] is not None and metrics["val_score_before"] is not None
+        # The reward of the starting and trained model on the same prompts; each reward's share (none: all 0).
+        assert metrics["prompt_reward_prompts"] == RL_FIELDS["max_prompts"] and metrics["prompt_reward_before"] == 0.0
         # 4 completions a step in groups of 2: the first and last steps' rewards are of different prompts, and the
         # summary says how many made each.
         assert metrics["prompts_per_step"] == 2 and "(last step, 2 prompt(s) a step)" in result.summary
@@ -166,3 +168,33 @@ def test_prompts_over_max_prompt_tokens_are_left_out_before_the_choice_and_count
     assert all(prompt_tokens(tokenizer, p.messages) <= limit for p in kept)
     selection = json.loads((plan.output_dir / rl.SELECTION_FILE).read_text())
     assert selection["prompts_too_long"] >= 1
+
+
+def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_before_and_after(workspace):
+    """The direct format (issue 28): the completions are observations, so the random tiny model's get
+    graded rewards (none is refused for lacking a thinking block), the weights move, the rule reward fires
+    on the prompts with a verifier and its share is reported, and the reward on the training prompts is
+    measured for the starting and the trained model, paired, with its interval."""
+    from pipeline.prompts.answer_format import model_format
+
+    _, config = workspace
+    config = config.model_copy(update={
+        "answers": config.answers.model_copy(update={"thinking": False}),
+        "rl": config.rl.model_copy(update={"control_fraction": 0.0, "fail_when_nothing_learned": True, "max_steps": 2}),
+    })
+    with Store(config.workspace.database_path) as store:
+        result = rl.run(config, store)
+        [row] = store.rows("SELECT path FROM checkpoints WHERE stage = 'rl'")
+    metrics = result.metrics
+    assert metrics["answer_format"] == "rl-direct" and model_format(row["path"], "rl").name == "rl-direct"
+    assert metrics["completions.missing_tags_rate.last"] == 0.0 and metrics["learned_nothing"] is None
+    assert metrics["prompts_with_rule_reward"] > 0 and metrics["reward_share.rule"] > 0
+    assert metrics["reward_share.semantic"] + metrics["reward_share.rule"] == pytest.approx(1.0)
+    assert metrics["prompt_reward_prompts"] == RL_FIELDS["max_prompts"]
+    assert metrics["prompt_reward_change_low"] <= metrics["prompt_reward_change"] <= metrics["prompt_reward_change_high"]
+    assert metrics["val_format_after"] == "rl-direct" and "rl-direct format: 2 GSPO steps" in result.summary
+    assert "reward on its 8 prompts (greedy)" in result.summary
+    from pipeline.rl.prompts import read_prompts
+
+    prompts = read_prompts(Path(row["path"]).parent / rl.PROMPTS_FILE)
+    assert prompts and all("<think>" not in p.messages[0]["content"] for p in prompts)

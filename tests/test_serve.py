@@ -11,6 +11,9 @@ tiny checkpoint, driven by the `openai` client, by raw HTTP for bad requests, an
   (2**63 too), temperature 1 when omitted, logprobs, logit bias; concurrent requests decoded in one
   batch with the answers each gets alone; a client that goes away cancels its generation.
 - WorldModelEnvironment: reset, a few steps, the history it keeps, against the real server.
+- Issue 28, hybrid thinking: a model trained direct, served, answers in `content` with no reasoning
+  (the gymnasium environment steps over it); `chat_template_kwargs.enable_thinking` asking for a
+  format the model was not trained in is a 400 naming the trained one, both ways.
 """
 
 import json
@@ -52,7 +55,8 @@ THINKING_QUERY = world_model_messages(prompt_format("sft"), "terminal", SYSTEM, 
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 
 
-def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None) -> None:
+def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None,
+          fmt=prompt_format("sft")) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
     served model really writes thinking and the server's separation of it is tested on a real output."""
     import torch
@@ -62,7 +66,7 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenize
 
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        tokenizer.chat_template = chat_template(prompt_format("sft"))
+        tokenizer.chat_template = chat_template(fmt)
     prompt = tokenizer(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
                        add_special_tokens=False)["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -91,9 +95,8 @@ def folder(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def server(folder):
-    """The exported model served by `simulacra serve` in a subprocess."""
+def _serve(folder: Path):
+    """`simulacra serve` of an exported folder in a subprocess: its /v1 URL, until the generator closes."""
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port), "--max-tokens", "16",
@@ -117,6 +120,12 @@ def server(folder):
 
 
 @pytest.fixture(scope="module")
+def server(folder):
+    """The exported model served by `simulacra serve` in a subprocess."""
+    yield from _serve(folder)
+
+
+@pytest.fixture(scope="module")
 def client(server):
     from openai import OpenAI
 
@@ -127,7 +136,8 @@ def test_models_lists_the_checkpoint(server, client):
     (entry,) = client.models.list().data
     assert entry.id == "world-model-test"
     assert entry.model_extra["max_model_len"] == 512
-    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": True, "max_history_chars": 24_000}
+    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": True, "answer_formats": ["thinking"],
+                                              "max_history_chars": 24_000}
     assert client.models.retrieve("world-model-test").id == "world-model-test"
     missing = httpx.get(f"{server}/models/gpt-4")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
@@ -258,6 +268,12 @@ ACTION = [{"role": "user", "content": "ls"}]
         ({"messages": ACTION, "model": "gpt-4"}, 404, "not served here"),
         ({"messages": LONG_HISTORY}, 400, "context length of 512 tokens"),
         ({"messages": ACTION, "max_tokens": 600}, 400, "context length of 512 tokens"),
+        ({"messages": ACTION, "chat_template_kwargs": {"enable_thinking": False}}, 400,
+         "enable_thinking=false asks for the direct answer format, which this model was not trained in (answer "
+         "formats: thinking)"),
+        ({"messages": ACTION, "chat_template_kwargs": {"enable_thinking": "no"}}, 400,
+         'field `chat_template_kwargs`: enable_thinking must be true or false, not "no"'),
+        ({"messages": ACTION, "chat_template_kwargs": []}, 400, "field `chat_template_kwargs`"),
     ],
 )
 def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
@@ -464,6 +480,33 @@ def test_history_is_shortened_as_training_shortened_it(server, folder):
         len(a) + len(o) for a, o in env.history[39 - len(budgeted.kept_history()) : 40])
 
 
+# Every kind of episode a user can give (EpisodeSpec.from_mapping reads a dataset row or reset's options).
+EPISODES = [
+    ("a task and an initial state", {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
+                                     "initial_state": SYSTEM.initial_state, "max_steps": 3}),
+    ("no initial state", {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space, "max_steps": 3}),
+    ("an empty initial state", {"task": SYSTEM.task_description, "initial_state": ""}),
+    ("a task alone", {"task": SYSTEM.task_description}),
+    ("nothing", {}),
+    ("a success pattern", {"task": SYSTEM.task_description, "success_pattern": r"^3", "max_steps": 2}),
+]
+
+
+@pytest.mark.parametrize("given", [case[1] for case in EPISODES], ids=[case[0] for case in EPISODES])
+def test_gymnasium_check_env_passes_for_every_kind_of_episode(server, given):
+    """Issue 29.7: without an initial state `reset()` returns "", which gymnasium's Text (one character at
+    least) did not admit, and check_env failed."""
+    from gymnasium.utils.env_checker import check_env
+
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    env = WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec.from_mapping(given), max_tokens=8,
+                        max_action_chars=24)
+    check_env(env, skip_render_check=True)
+    assert env.reset(seed=0)[0] == given.get("initial_state", "")
+
+
 def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
     from gymnasium.utils.env_checker import check_env
 
@@ -510,6 +553,84 @@ def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expe
     observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
     assert observation == "3 notes.txt" and info["thinking"] == "Three lines."
     assert (reward, terminated, truncated) == expected, info["reason"]
+
+
+DIRECT_FORMAT = prompt_format("sft", thinking=False)
+DIRECT_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
+
+
+@pytest.fixture(scope="module")
+def direct_server(tmp_path_factory):
+    """The tiny model taught one direct answer (the observation alone), exported as trained direct, served."""
+    root = tmp_path_factory.mktemp("serve-direct")
+    model = build_tiny_model(TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"],
+                             root / "tiny")
+    teach(model, DIRECT_QUERY, "3 notes.txt", fmt=DIRECT_FORMAT)
+    folder = write_export(model, root / "export", DIRECT_FORMAT,
+                          {"model_name": "world-model-direct", "fingerprint": "direct", "context_length": 512,
+                           "max_history_chars": 24_000}, "# card\n")
+    assert json.loads((folder / "simulacra.json").read_text())["answer_formats"] == ["direct"]
+    yield from _serve(folder)
+
+
+def test_a_direct_model_answers_in_content_with_no_reasoning(direct_server):
+    """Trained direct: the whole answer is the observation, asked by default, with enable_thinking false, from
+    the system prompt's parts (rendered with the direct instruction) or streamed; nothing is split off."""
+    from openai import OpenAI
+
+    from pipeline.serving.prompt_formats import part_messages
+
+    client = OpenAI(base_url=direct_server, api_key="unused", max_retries=0)
+    (entry,) = client.models.list().data
+    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": False, "answer_formats": ["direct"],
+                                              "max_history_chars": 24_000}
+    ask = dict(model="world-model-direct", max_tokens=20, temperature=0)
+    parts = part_messages("terminal", SYSTEM) + DIRECT_QUERY[1:]
+    for messages, extra in ((DIRECT_QUERY, {}), (DIRECT_QUERY, {"chat_template_kwargs": {"enable_thinking": False}}),
+                            (parts, {"include_thinking": True})):
+        message = client.chat.completions.create(messages=messages, extra_body=extra, **ask).choices[0].message
+        assert message.content == "3 notes.txt"
+        assert "reasoning_content" not in (message.model_extra or {})
+    chunks = list(client.chat.completions.create(messages=DIRECT_QUERY, stream=True, **ask))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "3 notes.txt"
+    assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in chunks)
+
+
+@pytest.mark.parametrize("fields", [
+    {"chat_template_kwargs": {"enable_thinking": True}},
+    {"chat_template_kwargs": {"enable_thinking": True, "unknown": 1}},
+    {"domain": "terminal", "action": "ls", "chat_template_kwargs": {"enable_thinking": True}},  # structured fields
+])
+def test_thinking_asked_of_a_direct_model_is_a_400_naming_the_trained_format(direct_server, fields):
+    body = {"messages": DIRECT_QUERY, **fields} if "action" not in fields else fields
+    response = httpx.post(f"{direct_server}/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["message"] == ('enable_thinking=true asks for the thinking answer format, which this model was not '
+                                'trained in (answer formats: direct): omit it or send chat_template_kwargs '
+                                '{"enable_thinking": false}')
+    assert error["param"] == "chat_template_kwargs.enable_thinking"
+    ignored = httpx.post(f"{direct_server}/chat/completions",  # vLLM's other template kwargs are ignored
+                         json={"messages": DIRECT_QUERY, "max_tokens": 1, "chat_template_kwargs": {"unknown": 1}})
+    assert ignored.status_code == 200, ignored.text
+
+
+def test_gymnasium_env_steps_over_a_direct_model(direct_server):
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+    from pipeline.serving.prompt_formats import UntrainedAnswerFormat
+
+    options = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
+               "initial_state": SYSTEM.initial_state, "success_pattern": r"^3 notes"}
+    env = WorldModelEnv(direct_server, "world-model-direct", "terminal", EpisodeSpec(""), max_tokens=20, temperature=0)
+    assert env.simulator.thinking is False  # the trained format, read from the server
+    observation, _ = env.reset(seed=0, options=options)
+    assert observation == SYSTEM.initial_state
+    env.simulator.history = list(TURNS)  # the trajectory the model was taught to answer
+    observation, reward, terminated, truncated, info = env.step("wc -l notes.txt")
+    assert (observation, reward, terminated, truncated, info["thinking"]) == ("3 notes.txt", 1.0, True, False, None)
+    with pytest.raises(UntrainedAnswerFormat, match=r"answer formats: direct"):
+        WorldModelEnv(direct_server, "world-model-direct", "terminal", EpisodeSpec(""), enable_thinking=True)
 
 
 TOOL_CALL = '<tool_call>\n{"name": "act", "arguments": {"action": "wc -l notes.txt"}}\n</tool_call>'

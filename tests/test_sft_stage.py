@@ -93,6 +93,7 @@ def write_config(root: Path, base_url: str) -> Path:
         "workspace": {"path": str(root / "workspace")},
         "model": {"base": str(root / "base-model")},
         "cpt": {"max_length": 512, "eval_max_sequences": 4},
+        "validation": {"max_queries": 2, "max_tokens": 1024},
         "sft": {
             "generators": [
                 {"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "seed": 0, "max_tokens": 640}},
@@ -103,8 +104,6 @@ def write_config(root: Path, base_url: str) -> Path:
             "min_score": 2.5,
             "max_queries": 9,
             "batch_queries": 3,
-            "eval_queries": 2,
-            "eval_max_tokens": 1024,
             "max_length": 1024,
             "max_steps": 2,
             "save_steps": 1,
@@ -228,6 +227,9 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
         "workspace": {"path": str(root / "workspace")},
         "model": {"base": str(root / "base-model")},
         "cpt": {"max_length": 512, "eval_max_sequences": 4},
+        # The thinking format, though the only model generator is the one being trained (auto would be direct).
+        "answers": {"thinking": True},
+        "validation": {"max_queries": 2, "max_tokens": 1024},
         "sft": {
             "generators": [
                 {"kind": "retrieval", "samples": 2},
@@ -236,8 +238,6 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
             "judge": {"kind": "semantic"},
             "base_model": str(root / "base-model"),
             "max_queries": 16,
-            "eval_queries": 2,
-            "eval_max_tokens": 1024,
             "max_length": 4096,  # the tiny tokenizer (trained on shell text) spends many tokens on tool lists
             "max_steps": 2,
             "save_steps": 1,
@@ -260,7 +260,8 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
                              "mean_winner_score": metrics["mean_winner_score"], "selection": metrics["selection"]}
     assert metrics["global_step"] == 2 and metrics["train_sequences"] > 0
     assert metrics["eval_observation_ce_before"] > 0 and metrics["eval_observation_ce_after"] > 0
-    assert metrics["heldout_queries"] == 2 and metrics["heldout_score_before"] is not None
+    assert metrics["val_queries"] == 2 and metrics["val_score_before"] is not None and metrics["answer_format"] == "thinking"
+    assert metrics["val_format_before"] == "non-thinking" and metrics["val_format_after"] == "thinking"
     assert Path(checkpoint["path"], "config.json").is_file()
     assert (Path(checkpoint["path"]) / "tokenizer.json").is_file()
     assert result.images["sft-score-distribution"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -270,6 +271,47 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
     run_dir = result.images["sft-score-distribution"].parent
     assert list(run_dir.glob("trainer/checkpoint-*")) == [] and (run_dir / "model" / "model.safetensors").is_file()
     assert_labels_are_the_thinking_then_the_real_observation(config, run_dir)
+
+
+def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepared):
+    """The direct format (issue 28): every chosen query is a sample whose target is the real observation
+    under a drawn template asking for the direct format; no candidate is generated or judged; the
+    checkpoint records its format and the validation score compares it with its start."""
+    import pyarrow.parquet as pq
+
+    from pipeline.prompts.answer_format import model_format
+    from pipeline.training.models import load_tokenizer
+    from stages import sft
+
+    root = workspace_copy(prepared, "direct")
+    overrides = {
+        "workspace": {"path": str(root / "workspace")},
+        "model": {"base": str(root / "base-model")},
+        "cpt": {"max_length": 512, "eval_max_sequences": 4},
+        "validation": {"max_queries": 3, "max_tokens": 1024},
+        "sft": {"base_model": str(root / "base-model"), "max_queries": 6, "max_length": 4096, "max_steps": 2,
+                "save_steps": 1, "tokens_per_step": 2048, "micro_batch_rows": 2},
+    }
+    config = load_config(None, [overrides])  # auto: the only generator is the model being trained -> direct
+    with Store(config.workspace.database_path) as store:
+        result = sft.run(config, store)
+        candidates = store.scalar("SELECT count(*) FROM sft_candidates")
+        [checkpoint] = store.rows("SELECT * FROM checkpoints WHERE stage = 'sft'")
+        observations = dict(((r["trajectory_id"], r["turn_index"]), r["observation"])
+                            for r in store.rows("SELECT trajectory_id, turn_index, observation FROM turns"))
+    metrics = result.metrics
+    assert candidates == 0 and metrics["answer_format"] == "direct" and metrics["kept"] == metrics["queries"] == 6
+    assert result.summary.startswith("direct format: 6 queries, their real observations as targets")
+    assert model_format(checkpoint["path"], "sft").name == "direct"
+    assert metrics["val_queries"] == 3 and metrics["val_format_after"] == "direct"
+    assert "validation score" in result.summary
+    tokenizer = load_tokenizer(config.sft.base_model)
+    rows = pq.read_table(Path(checkpoint["path"]).parent / "sequences" / "train.parquet").to_pylist()
+    assert rows
+    for row in rows:
+        labelled = [label for label in row["labels"] if label != -100]
+        assert tokenizer.decode(labelled) == observations[(row["source"], row["turn_indices"][0])] + "<|im_end|>"
+        assert "<think>" not in tokenizer.decode(row["input_ids"])
 
 
 def assert_labels_are_the_thinking_then_the_real_observation(config, run_dir: Path) -> None:
@@ -343,3 +385,35 @@ def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
     # No budget: every target that fits, and every one that does not is counted.
     everything, passed_all, _, _ = choose(None, 640)
     assert [q.query_id for q in everything] == fitting and passed_all == len(every) - len(fitting)
+
+
+def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_echoes_it(prepared, monkeypatch):
+    """Issue 29.5: every candidate refused as `held_secret`, and the stage advised lowering sft.min_score or a
+    stronger generator; neither helps while the endpoint copies the Authorization header into its answers."""
+    from pipeline.errors import UserFixableError
+    from stages import sft
+
+    root = workspace_copy(prepared, "echoed")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+    def echoing(request: dict) -> str:
+        if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
+            return f"<think>\nheaders: Authorization: Bearer {KEY}\n</think>\n\nfile.txt\n"
+        return scripted_answer(request)
+
+    with OpenAIServer(answer=echoing) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
+        config = load_config(None, [{
+            "workspace": {"path": str(root / "workspace")},
+            "model": {"base": str(root / "base-model")},
+            # The endpoint alone: the retrieval generator's candidates hold no key.
+            "sft": {"generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
+                    "judge": {"kind": "llm", "endpoint": endpoint}, "base_model": str(root / "base-model"),
+                    "max_queries": 3, "max_length": 1024},
+        }])
+        with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
+            sft.prepare(config, store)
+    message = str(refused.value)
+    assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): 6 candidate(s) held the API key")
+    assert "echoes credentials" in message and "min_score" not in message and "stronger generator" not in message
+    assert KEY not in message

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
+from pipeline.config.answers import AnswersConfig
 from pipeline.config.base import Section
 from pipeline.config.cpt import CPTConfig
 from pipeline.config.evaluate import EvaluateConfig
@@ -26,6 +27,7 @@ from pipeline.config.rl import RLConfig
 from pipeline.config.score import ScoreConfig
 from pipeline.config.sft import SFTConfig
 from pipeline.config.split import SplitConfig
+from pipeline.config.validation import ValidationConfig
 from pipeline.config.workspace import WorkspaceConfig
 
 
@@ -36,6 +38,10 @@ class SimulacraConfig(Section):
     score: ScoreConfig = Field(default_factory=ScoreConfig, description="Turn informativeness.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="Disjoint pools and targets.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Base model for training.")
+    answers: AnswersConfig = Field(default_factory=AnswersConfig, description="Thinking or direct answers.")
+    validation: ValidationConfig = Field(
+        default_factory=ValidationConfig, description="The validation pool's score, before and after each stage."
+    )
     cpt: CPTConfig = Field(default_factory=CPTConfig, description="Continual pretraining.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Rejection-sampled SFT.")
     rl: RLConfig = Field(default_factory=RLConfig, description="GSPO reinforcement learning.")

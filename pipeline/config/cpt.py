@@ -26,7 +26,7 @@ class CPTConfig(TrainingSettings):
     eval_max_sequences: int = Field(
         default=64,
         ge=1,
-        description="Held-out (eval pool) windows scored for the before/after observation cross-entropy "
+        description="Validation-pool windows scored for the before/after observation cross-entropy (CPT's and SFT's) "
         "(every observation token of them, keep ratio 1).",
     )
     output_dir: Path | None = Field(

@@ -204,14 +204,6 @@ class RLConfig(Section):
     )
     # --- GPU workers ------------------------------------------------------------------------------
     gpu: GPUWorkersConfig = Field(default_factory=GPUWorkersConfig, description="vLLM generation, memory savers.")
-    # --- held-out evaluation ---------------------------------------------------------------------
-    eval_queries: int = Field(
-        default=32,
-        ge=0,
-        description="Held-out eval-pool queries (a seeded, fixed choice) predicted greedily before RL and after it "
-        "and scored by the reward's judge; 0 skips the comparison.",
-    )
-    eval_max_tokens: int = Field(default=512, ge=1, description="Most tokens of a held-out prediction.")
     output_dir: Path | None = Field(
         default=None, description="Where the checkpoint goes; None: `<workspace>/runs/rl/<fingerprint>`."
     )

@@ -170,19 +170,6 @@ class SFTConfig(TrainingSettings):
     max_steps: int = Field(default=100, ge=1, description="Optimizer steps.")
     seed: int = Field(default=0, description="Seed of the query choice, the template draw and training.")
     save_steps: int = Field(default=25, ge=1, description="Checkpoint every this many steps (resume point).")
-    # --- held-out evaluation ---------------------------------------------------------------------
-    eval_queries: int = Field(
-        default=32,
-        ge=0,
-        description="Held-out eval-pool queries (a seeded, fixed choice) predicted by the model before SFT and "
-        "after it and scored by the judge; 0 skips the comparison.",
-    )
-    eval_max_tokens: int = Field(
-        default=512,
-        ge=1,
-        description="Most tokens of a held-out prediction (greedy decoding, the transformers backend): a thinking "
-        "block and an observation.",
-    )
     output_dir: Path | None = Field(
         default=None, description="Where the checkpoint goes; None: `<workspace>/runs/sft/<fingerprint>`."
     )

@@ -7,21 +7,30 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline.config.base import Section
 
-Pool = Literal["cpt", "sft", "rl", "eval"]
-POOLS: tuple[Pool, ...] = ("cpt", "sft", "rl", "eval")
+Pool = Literal["cpt", "sft", "rl", "val", "eval"]
+# Slices of [0, 1) in this order: eval stays the last tenth whatever the training shares, so carving the
+# validation pool out of the training side (issue 28) moved no eval trajectory.
+POOLS: tuple[Pool, ...] = ("cpt", "sft", "rl", "val", "eval")
 # A group field: the trajectory's `task`, or a dotted path into its `metadata` JSON.
 GROUP_FIELD = re.compile(r"task|metadata(\.[A-Za-z0-9_-]+)+")
 
 
 class PoolRatios(Section):
-    cpt: float = Field(default=0.55, ge=0, description="Share of groups for continual pretraining.")
+    cpt: float = Field(default=0.5, ge=0, description="Share of groups for continual pretraining.")
     sft: float = Field(default=0.2, ge=0, description="Share for rejection-sampled SFT.")
     rl: float = Field(default=0.15, ge=0, description="Share for GSPO RL (one target turn each).")
-    eval: float = Field(default=0.1, ge=0, description="Held-out share, never trained on.")
+    val: float = Field(
+        default=0.05,
+        ge=0,
+        description="Validation share, carved from the training side and never trained on: every training stage "
+        "reports its score on it before and after, and `export` ships the checkpoint that scores best on it, so "
+        "no choice is made on the eval pool, which only reports.",
+    )
+    eval: float = Field(default=0.1, ge=0, description="Held-out share, never trained on, never chosen by.")
 
     @model_validator(mode="after")
     def _sum_to_one(self) -> "PoolRatios":
-        total = self.cpt + self.sft + self.rl + self.eval
+        total = self.cpt + self.sft + self.rl + self.val + self.eval
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"pool ratios must sum to 1, got {total:.6f}")
         return self
@@ -72,6 +81,10 @@ class SplitConfig(Section):
         default_factory=lambda: TargetSelection(strategy="one"),
         description="RL uses exactly one turn per trajectory: samples expanded from one trajectory share "
         "prefixes and correlated rewards (the echo trap of SPEC.md).",
+    )
+    val_targets: TargetSelection = Field(
+        default_factory=lambda: TargetSelection(strategy="first_last_middle", middle=3),
+        description="Validation targets, chosen as the eval pool's are, so a validation score predicts an eval one.",
     )
     eval_targets: TargetSelection = Field(
         default_factory=lambda: TargetSelection(strategy="first_last_middle", middle=3),

@@ -81,11 +81,16 @@ def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
         world_knowledge = corpus_fingerprint(config.cpt.world_knowledge, digests)
         base = base_model_identity(config, digests)
     return {
-        "pools": pools_fingerprint(store, ("cpt", "eval")),
+        "pools": pools_fingerprint(store, ("cpt", "val")),
+        "validation_targets": _validation_targets(store),
         "scorer_version": SCORER_VERSION,
         "world_knowledge": world_knowledge,
         "base_model": base,
     }
+
+
+def _validation_targets(store: Store) -> str:
+    return store.table_fingerprint("(SELECT * FROM targets WHERE pool = 'val') AS t", "trajectory_id, turn_index")
 
 
 def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
@@ -100,12 +105,12 @@ def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     except NoCPTCheckpoint:
         base = "no-cpt-checkpoint"  # the stage itself stops with the reason
     return {
-        "pools": pools_fingerprint(store, ("cpt", "sft", "eval")),
+        "pools": pools_fingerprint(store, ("cpt", "sft", "val")),
         "targets": store.table_fingerprint(
-            "(SELECT * FROM targets WHERE pool IN ('sft', 'eval')) AS t", "trajectory_id, turn_index, pool"
+            "(SELECT * FROM targets WHERE pool IN ('sft', 'val')) AS t", "trajectory_id, turn_index, pool"
         ),
         "base_model": base,
-        # The held-out CE is measured on CPT's eval windows: these settings shape them.
+        # The held-out CE is measured on CPT's validation windows: these settings shape them.
         "eval_windows": f"{config.cpt.max_length}:{config.cpt.eval_max_sequences}:{config.cpt.seed}",
         # Prompts and rubrics are data files, not modules: the code digest does not see them.
         "prompts": generator_prompt_digest() + rationale_prompt_digest() + judge_files_digest(),
@@ -123,9 +128,9 @@ def _rl_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     except NoBaseModel:
         base = "no-base-model"  # the stage itself stops with the reason
     return {
-        "pools": pools_fingerprint(store, ("rl", "eval")),
+        "pools": pools_fingerprint(store, ("rl", "val")),
         "targets": store.table_fingerprint(
-            "(SELECT * FROM targets WHERE pool IN ('rl', 'eval')) AS t", "trajectory_id, turn_index, pool"
+            "(SELECT * FROM targets WHERE pool IN ('rl', 'val')) AS t", "trajectory_id, turn_index, pool"
         ),
         # Verifier code lives in turn metadata, which the turn ids do not hash.
         "verifiers": store.table_fingerprint(
@@ -196,12 +201,14 @@ STAGE_INPUTS: dict[str, StageInputs] = {
     "filter": StageInputs(("filter",), relations(("trajectories", "trajectory_id"))),
     "score": StageInputs(("score",), relations(KEPT_TURNS)),
     "split": StageInputs(("split",), relations(("kept_trajectories", "trajectory_id"), KEPT_TURNS)),
-    "cpt": StageInputs(("cpt", "model", "score"), _cpt_inputs),
-    "sft": StageInputs(("sft", "model"), _sft_inputs),
-    "rl": StageInputs(("rl", "model"), _rl_inputs),
+    # `validation`: each training stage scores its models on the validation pool before and after.
+    "cpt": StageInputs(("cpt", "model", "score", "validation"), _cpt_inputs),
+    "sft": StageInputs(("sft", "model", "answers", "validation"), _sft_inputs),
+    "rl": StageInputs(("rl", "model", "answers", "validation"), _rl_inputs),
     "evaluate": StageInputs(("evaluate", "model"), _evaluate_inputs),
     # The card shows the settings of every stage of the lineage.
-    "export": StageInputs(("export", "ingest", "filter", "score", "split", "model", "cpt", "sft", "rl", "evaluate"), _export_inputs),
+    "export": StageInputs(("export", "ingest", "filter", "score", "split", "model", "answers", "validation", "cpt", "sft", "rl",
+                           "evaluate"), _export_inputs),
 }
 
 

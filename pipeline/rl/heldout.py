@@ -1,14 +1,12 @@
-"""The held-out judge score before and after RL: a fixed, seeded set of eval-pool queries, predicted
-greedily in the RL template (no control instruction) and scored by the reward's judge; and, where
-RL trains control instructions, the same queries asked with one each (the four kinds in turn), scored
-by whether the prediction obeys it (pipeline/rl/controls.py `obeys`): the instruction-following rate.
+"""Instruction-following before and after RL, where RL trains control instructions (`rl.control_fraction`
+> 0): the validation targets (pipeline/training/validation.py) asked with a control instruction each (the
+four kinds in turn), greedily in RL's template and the run's answer format, and scored by whether the
+prediction obeys it (pipeline/rl/controls.py `obeys`): the instruction-following rate.
 
-As SFT's held-out score (stages/sft.py): the predictions are made where training runs, with a
-scratch answer cache in the run's folder (`heldout_cache.duckdb`, never the store, so a GPU worker
-can make them), and judged on the data side; the score is the SFT judge's pointwise score, the mean
-of the five 1-5 criteria (or the similarity judge's 1 + 4 x similarity), a prediction without its
-tags or a failed generation scoring 0. The two numbers of a run are on the same queries, template
-and judge. Each set of predictions is written once, so a resumed run does not generate again.
+The predictions are made where training runs, with a scratch answer cache in the run's folder
+(`heldout_cache.duckdb`, never the store, so a GPU worker can make them). Each set of predictions is
+written once, so a resumed run does not generate again. (The plain score before and after is the
+validation score every training stage reports.)
 """
 
 import json
@@ -16,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.prompts.answer_format import AnswerFormat
 from pipeline.prompts.rl import rl_messages
 from pipeline.rl.controls import CONTROLS, heldout_control, obeys
-from pipeline.sft.candidates import parse_candidate
 from pipeline.sft.queries import Query
 from pipeline.store.atomic_files import write_text_atomic
 from pipeline.training.runs import HELDOUT_CACHE
@@ -29,7 +27,7 @@ def _predictions_path(output_dir: Path, name: str) -> Path:
 
 
 def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: int, output_dir: Path,
-                        sets: Sequence[tuple[str, bool]]) -> None:
+                        sets: Sequence[tuple[str, bool]], fmt: AnswerFormat) -> None:
     """Greedy predictions of `queries` by `model_ref` (the transformers backend), kept in the run's folder,
     one file per set `(name, controlled)`; `controlled`: each query asked with a control instruction, the
     kinds in turn (`heldout_control`). The sets not yet written are asked together: one model load, one
@@ -42,7 +40,7 @@ def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: in
     if not missing:
         return
     asked = {name: [ChatRequest(tuple(rl_messages(q.domain, q.system, q.history, q.action,
-                                                  CONTROLS[heldout_control(i)] if controlled else None)))
+                                                  CONTROLS[heldout_control(i)] if controlled else None, fmt.thinking)))
                     for i, q in enumerate(queries)]
              for name, controlled in missing}
     answers = []
@@ -57,30 +55,14 @@ def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: in
         write_text_atomic(_predictions_path(output_dir, name), json.dumps(predictions, indent=2) + "\n")
 
 
-def heldout_score(queries: Sequence[Query], output_dir: Path, name: str, judge) -> dict[str, Any]:
-    """Mean judge score of the predictions `heldout_predictions` kept under `name`."""
-    from pipeline.sft.judging import PointwiseItem
-
-    if not queries:
-        return {"queries": 0, "usable_predictions": 0, "mean_score": None}
-    predictions = json.loads(_predictions_path(output_dir, name).read_text())
-    parsed = [parse_candidate(prediction["text"]) for prediction in predictions]
-    judged = [i for i, p in enumerate(parsed) if p.ok]
-    verdicts = judge.pointwise([PointwiseItem(queries[i], parsed[i].prediction) for i in judged]) if judged else []
-    scores = [0.0] * len(queries)
-    for i, verdict in zip(judged, verdicts):
-        scores[i] = verdict.score
-    return {"queries": len(queries), "usable_predictions": len(judged), "mean_score": sum(scores) / len(scores)}
-
-
-def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: str) -> dict[str, Any]:
+def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: str, fmt: AnswerFormat) -> dict[str, Any]:
     """The share of the controlled predictions kept under `name` that obey their instruction, and per kind."""
     if not queries:
         return {"queries": 0, "following_rate": None, "by_kind": {}}
     predictions = json.loads(_predictions_path(output_dir, name).read_text())
     by_kind: dict[str, list[bool]] = {}
     for index, (query, prediction) in enumerate(zip(queries, predictions)):
-        parsed = parse_candidate(prediction["text"])
+        parsed = fmt.parse(prediction["text"])
         kind = heldout_control(index)
         by_kind.setdefault(kind, []).append(parsed.ok and obeys(kind, parsed.prediction, query.reference))
     followed = [ok for oks in by_kind.values() for ok in oks]

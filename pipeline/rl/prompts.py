@@ -77,13 +77,15 @@ def verifiers(store, targets: Sequence[tuple[str, int]]) -> dict[tuple[str, int]
 
 
 def build_prompts(queries: Sequence[Query], verifier_code: dict[tuple[str, int], str], control_fraction: float,
-                  seed: int) -> list[RLPrompt]:
+                  seed: int, thinking: bool = True) -> list[RLPrompt]:
+    """The prompts in RL's template, asking for the thinking or the direct format (`answers.thinking`)."""
     prompts = []
     for index, query in enumerate(queries):
         control = draw_control(seed, query.trajectory_id, control_fraction)
         prompts.append(RLPrompt(
             index, query.trajectory_id, query.turn_index, query.domain,
-            rl_messages(query.domain, query.system, query.history, query.action, CONTROLS[control] if control else None),
+            rl_messages(query.domain, query.system, query.history, query.action, CONTROLS[control] if control else None,
+                        thinking),
             query.reference, verifier_code.get((query.trajectory_id, query.turn_index)), control,
         ))
     return prompts

@@ -12,10 +12,12 @@ Every reward is on one scale, [0, 25], so the configured weights (SPEC: 0.9 / 0.
   prompt with a control instruction (the verifier checks the fault-free observation).
 
 Strict extraction: each completion is decoded from its token ids (the text the policy wrote, before
-any chat-template response parsing) and parsed by the SFT candidate parser (pipeline/sft/candidates.py).
-A completion without exactly one non-empty `<think>...</think>` block gets 0 from every reward that
-applies, is counted, and never reaches the judge; a parsed one reaches it without its thinking, so
-self-praise in the reasoning cannot raise its score (SPEC.md, Stage 3). An unparseable, incomplete
+any chat-template response parsing) and parsed in the run's answer format (pipeline/prompts/answer_format.py).
+In the thinking format, a completion without exactly one non-empty `<think>...</think>` block gets 0
+from every reward that applies, is counted, and never reaches the judge; a parsed one reaches it
+without its thinking, so self-praise in the reasoning cannot raise its score (SPEC.md, Stage 3). In the
+direct format the completion is the observation, unless it writes a thinking tag (then 0, counted
+alike). An unparseable, incomplete
 or out-of-range judge answer, or a failed judge request, gives 0 and is counted.
 
 Per step, through TRL's `log_metric`, next to TRL's own per-function means and the combined reward:
@@ -34,7 +36,7 @@ from pipeline.config.rl import RewardConfig
 from pipeline.rewards.semantic import is_json
 from pipeline.rl.controls import obeys
 from pipeline.rl.prompts import RLPrompt
-from pipeline.sft.candidates import ParsedCandidate, parse_candidate
+from pipeline.sft.candidates import ParsedCandidate, parse_candidate, parse_direct
 
 SCALE = 25.0  # SPEC: the rubric reward is mean x 5 on 1-5 criteria; the rule reward's 0/1 scaled alike
 
@@ -64,11 +66,12 @@ def semantic_reward(similarity) -> float:
 class Rewards:
     """The reward functions of one run, sharing the decoded, parsed completions of each batch."""
 
-    def __init__(self, prompts: Sequence[RLPrompt], tokenizer, config: RewardConfig, judge=None):
+    def __init__(self, prompts: Sequence[RLPrompt], tokenizer, config: RewardConfig, judge=None, thinking: bool = True):
         self.prompts = list(prompts)
         self.tokenizer = tokenizer
         self.config = config
         self.judge = judge  # pipeline/rl/judge.py RubricJudge for kind `llm`
+        self.thinking = thinking  # the answer format the completions are read in
         self._scorer = None
 
     @property
@@ -94,12 +97,24 @@ class Rewards:
     def weights(self) -> list[float]:
         return [self.config.main_weight, self.config.rule_weight]
 
-    def parse(self, completion_ids: Sequence[Sequence[int]]) -> list[ParsedCandidate]:
-        texts = self.tokenizer.batch_decode([list(ids) for ids in completion_ids], skip_special_tokens=True)
-        return [parse_candidate(text) for text in texts]
+    def parse(self, completion_ids: Sequence[Sequence[int]], texts: Sequence[str] | None = None) -> list[ParsedCandidate]:
+        """The completions (token ids, or `texts` already decoded) parsed in the run's answer format."""
+        if texts is None:
+            texts = self.tokenizer.batch_decode([list(ids) for ids in completion_ids], skip_special_tokens=True)
+        return [parse_candidate(text) if self.thinking else parse_direct(text) for text in texts]
 
-    async def _rubric(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float]:
-        parsed = self.parse(completion_ids)
+    def combined(self, texts: Sequence[str], prompt_index: Sequence[int]) -> list[dict[str, float | None]]:
+        """Each text's rewards as training computes them (the main reward, the rule reward where it applies,
+        their weighted sum, a reward that does not apply adding nothing), for RL's before/after measure on
+        its own prompts."""
+        functions = self.functions()
+        main, rule = (asyncio.run(f(prompts=None, completions=None, completion_ids=None, texts=list(texts),
+                                    prompt_index=list(prompt_index))) for f in functions)
+        return [{"main": m, "rule": r, "combined": self.config.main_weight * m + self.config.rule_weight * (r or 0.0)}
+                for m, r in zip(main, rule)]
+
+    async def _rubric(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float]:
+        parsed = self.parse(completion_ids, texts)
         usable = [i for i, p in enumerate(parsed) if p.ok]
         verdicts = await self.judge.score([(self.prompts[prompt_index[i]], parsed[i].prediction) for i in usable])
         rewards = [0.0] * len(parsed)
@@ -111,8 +126,8 @@ class Rewards:
             self._log_common(log_metric, parsed, prompt_index)
         return rewards
 
-    async def _semantic(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float]:
-        parsed = self.parse(completion_ids)
+    async def _semantic(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float]:
+        parsed = self.parse(completion_ids, texts)
         rewards = [0.0] * len(parsed)
         usable = [i for i, p in enumerate(parsed) if p.ok and not self.prompts[prompt_index[i]].control]
         for i, p in enumerate(parsed):
@@ -143,10 +158,10 @@ class Rewards:
             followed = sum(1 for p, prompt in controlled if p.ok and obeys(prompt.control, p.prediction, prompt.reference))
             log_metric("control/following_rate", followed / len(controlled))
 
-    async def _rule(self, prompts, completions, completion_ids, prompt_index, log_metric=None, **_) -> list[float | None]:
+    async def _rule(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float | None]:
         from pipeline.rewards.rule import FAIL_REWARD, rule_rewards
 
-        parsed = self.parse(completion_ids)
+        parsed = self.parse(completion_ids, texts)
         # A verifier checks the observation the environment really returned; a prompt with a control
         # instruction asks for a different one (an error, a first page), so there the rule does not apply.
         verifiers = [None if self.prompts[i].control else self.prompts[i].verifier for i in prompt_index]

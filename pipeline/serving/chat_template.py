@@ -14,7 +14,17 @@ as its parts (issue 19, deliver 2): system messages named for them (`{"role": "s
 `demonstrations`, `simulation_instructions`) and the tools in the request's `tools`; the template then
 renders the model's own prompt format from them, the same text as the training stages' renderer
 (tests/test_export.py checks it on every demo trajectory), so a client of any server that applies
-this template (vLLM, `transformers serve`) gets exactly the training format. For a thinking model, an assistant message of the history loses its
+this template (vLLM, `transformers serve`) gets exactly the training format.
+
+The answer format follows Qwen3's switch (issue 28): the variable `enable_thinking` (a server passes
+it from the request's `chat_template_kwargs`, `apply_chat_template(..., enable_thinking=False)` from
+its keyword arguments) chooses the instruction rendered from the parts, thinking or direct, and is
+the model's trained format when not given. A format the model was not trained in, or a value that is
+not a boolean, raises (`raise_exception`) naming the formats it was trained in. A system prompt sent
+already rendered is the client's own: its instruction is what it says. The generation prompt is the
+same in both formats: a thinking answer opens its own `<think>`, a direct one is the observation.
+
+For a thinking model, an assistant message of the history loses its
 `<think>...</think>` block and the blank line after it: SFT and RL samples carry no thinking in
 their history (real trajectories have none), so a client that sends back what the model wrote
 still gets the training layout. `developer` is the system role; a `tool` (or `function`) message is
@@ -31,7 +41,7 @@ differently at its first token (tests/test_export.py checks real trajectories to
 import json
 
 from pipeline.prompts.cpt import DOMAIN_NAMES
-from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, PromptFormat
+from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, SYSTEM_PART_NAMES, PromptFormat
 
 _ROLES_CHECK = (
     "{%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool', 'function'] -%}"
@@ -69,11 +79,29 @@ def _literal(value) -> str:
     return json.dumps(value, ensure_ascii=True)
 
 
+def _answer_mode(fmt: PromptFormat) -> str:
+    """Jinja that sets `thinking` from `enable_thinking` (the trained format when undefined or none) and
+    raises for a value that is not a boolean or a format the model was not trained in."""
+    return (
+        "{%- if enable_thinking is defined and enable_thinking is not none -%}"
+        "{%- if enable_thinking is not boolean -%}"
+        "{{ raise_exception('world model chat: enable_thinking must be true or false') }}"
+        "{%- endif -%}"
+        "{%- set thinking = enable_thinking -%}"
+        "{%- else -%}{%- set thinking = " + _literal(fmt.thinking) + " -%}{%- endif -%}"
+        "{%- if (" + _literal(ANSWER_FORMAT_NAMES[True]) + " if thinking else " + _literal(ANSWER_FORMAT_NAMES[False])
+        + ") not in " + _literal(list(fmt.answer_formats)) + " -%}"
+        "{{ raise_exception('world model chat: ' ~ (" + _literal(fmt.refusal(True)) + " if thinking else "
+        + _literal(fmt.refusal(False)) + ")) }}"
+        "{%- endif -%}"
+    )
+
+
 def _system_from_parts(fmt: PromptFormat) -> str:
     """Jinja that renders `fmt`'s system prompt from part messages, as SFTTemplate.render does in Python:
-    the intro and instruction, the task description, the action space and tools (one compact JSON with
-    sorted keys per line, pipeline/prompts/cpt.py's tools_text), then the other parts, each a Markdown
-    section when it is not empty, in the layout's order."""
+    the intro and the instruction of the answer format `thinking` asks for, the task description, the
+    action space and tools (one compact JSON with sorted keys per line, pipeline/prompts/cpt.py's
+    tools_text), then the other parts, each a Markdown section when it is not empty, in the layout's order."""
     layout = fmt.layout
     if layout.markup.__name__ != "_markdown" or layout.numbered:
         raise ValueError(f"prompt format {fmt.name}: only Markdown, unnumbered layouts render in the chat template")
@@ -90,7 +118,8 @@ def _system_from_parts(fmt: PromptFormat) -> str:
         "{%- set names = " + _literal(DOMAIN_NAMES) + " -%}"
         "{%- set description = names[ns.domain] if ns.domain in names else names['other'] -%}"
         "{%- set task = [" + _literal(layout.intro) + " | replace('{domain}', ns.domain) | replace('{description}', "
-        "description), " + _literal(layout.instruction) + "] -%}"
+        "description), " + _literal(layout.instruction) + " if thinking else " + _literal(layout.direct_instruction)
+        + "] -%}"
         "{%- if ns.task_description | trim -%}{%- set task = task + [ns.task_description | trim] -%}{%- endif -%}"
         "{%- set actions = [] -%}"
         "{%- if ns.action_space and ns.action_space | trim -%}{%- set actions = actions + [ns.action_space | trim] -%}"
@@ -112,9 +141,11 @@ def _system_from_parts(fmt: PromptFormat) -> str:
 
 
 def chat_template(fmt: PromptFormat) -> str:
-    """The Jinja chat template for a model of prompt format `fmt` (thinking for sft, rl; not for cpt)."""
+    """The Jinja chat template for a model of prompt format `fmt`, answering in its trained format unless
+    `enable_thinking` asks for another it was trained in."""
     return (
-        _system_from_parts(fmt)
+        _answer_mode(fmt)
+        + _system_from_parts(fmt)
         + "{%- for message in messages -%}"
         + _ROLES_CHECK
         + "{%- if not (" + _IS_PART + ") -%}"

@@ -7,11 +7,13 @@ RL-facing environments (pipeline/serving/gym_env.py, trl_env.py) are built on.
 
 The environment keeps the trajectory (`history`), renders each request itself in the model's prompt
 format (pipeline/serving/prompt_formats.py: system prompt from the five parts, history, action) and
-sends it as chat messages, so it works against `simulacra serve` and against vLLM alike. A thinking
-model's thinking is separated here too (`last_thinking`), since a vLLM started without a reasoning
-parser returns it inside the content. The prompt format and history budget are read from `simulacra
-serve`'s model list; for vLLM pass them (`prompt_format`, `max_history_chars`, recorded in the export's
-`simulacra.json`).
+sends it as chat messages, so it works against `simulacra serve` and against vLLM alike. The answer
+format is the model's trained one unless `enable_thinking` asks for another it was trained in (issue 28;
+sent as `chat_template_kwargs`, vLLM's field): direct, the answer is the observation, whole; thinking,
+the thinking is separated here too (`last_thinking`), since a vLLM started without a reasoning parser
+returns it inside the content. The prompt format, answer format and history budget are read from
+`simulacra serve`'s model list; for vLLM pass them (`prompt_format`, `enable_thinking`,
+`max_history_chars`, recorded in the export's `simulacra.json`).
 
 The history sent is shortened exactly as training shortened it (issue 19: a long episode died at step
 53 with `context_length_exceeded`): first the most recent whole turns within the model's
@@ -55,6 +57,7 @@ class WorldModelEnvironment:
         max_tokens: int = 512,
         temperature: float = 1.0,
         timeout: float = 120.0,
+        enable_thinking: bool | None = None,
     ):
         from openai import OpenAI
 
@@ -62,7 +65,10 @@ class WorldModelEnvironment:
         self.model = model
         self.domain = domain
         served = {} if prompt_format else self._served()
-        self.format = named_format(prompt_format or served["prompt_format"])
+        # Given a prompt format (vLLM), the model is taken at its word on the answer format too.
+        self.format = (named_format(prompt_format, enable_thinking) if prompt_format
+                       else named_format(served["prompt_format"], served.get("thinking")))
+        self.thinking = self.format.answer_mode(enable_thinking)  # UntrainedAnswerFormat: a format it never learnt
         self.max_history_chars = max_history_chars if max_history_chars is not None else served.get("max_history_chars")
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -78,7 +84,8 @@ class WorldModelEnvironment:
                 return described
         raise ValueError(
             f"the endpoint does not say which prompt format {self.model} uses (not `simulacra serve`?): pass "
-            "prompt_format and max_history_chars, as recorded in the exported folder's simulacra.json"
+            "prompt_format, enable_thinking and max_history_chars, as recorded in the exported folder's "
+            "simulacra.json (prompt_format, thinking, max_history_chars)"
         )
 
     def reset(self, task: str, system: SystemPrompt | Mapping[str, Any] | None = None) -> str:
@@ -110,11 +117,12 @@ class WorldModelEnvironment:
 
         history = self.kept_history()
         while True:
-            messages = world_model_messages(self.format, self.domain, self.system, history, action, control_instructions)
+            messages = world_model_messages(self.format, self.domain, self.system, history, action, control_instructions,
+                                            self.thinking)
             try:
                 answer = self.client.chat.completions.create(
                     model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                    seed=seed,
+                    seed=seed, extra_body={"chat_template_kwargs": {"enable_thinking": self.thinking}},
                 )
                 break
             except BadRequestError as exc:
@@ -129,11 +137,13 @@ class WorldModelEnvironment:
         self.last_history_sent = len(history)
         message = answer.choices[0].message
         content = message.content or ""
-        # `reasoning_content` from simulacra serve and vLLM's reasoning parsers (`reasoning` in newer vLLM).
-        extra = message.model_extra or {}
-        thinking = extra.get("reasoning_content", extra.get("reasoning"))
-        if self.format.thinking and thinking is None:
-            thinking, content = split_thinking(content)
+        thinking = None  # a direct answer is the observation, whole
+        if self.thinking:
+            # `reasoning_content` from simulacra serve and vLLM's reasoning parsers (`reasoning` in newer vLLM).
+            extra = message.model_extra or {}
+            thinking = extra.get("reasoning_content", extra.get("reasoning"))
+            if thinking is None:
+                thinking, content = split_thinking(content)
         self.last_thinking = thinking
         self.history.append((action, content))
         return content

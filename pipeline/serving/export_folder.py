@@ -7,7 +7,9 @@ The folder is a plain Hugging Face model folder any server loads (`vllm serve DI
 - the tokenizer, its chat template replaced by the world model's (pipeline/serving/chat_template.py);
 - `generation_config.json` whose end-of-sequence ids include `<|im_end|>`, where every observation
   ends in training, so a server stops there without being told;
-- `simulacra.json`: the prompt format, whether the model thinks, the context length and history budget
+- `simulacra.json`: the prompt format, the answer formats the model was trained in (`answer_formats`,
+  thinking and/or direct) and the one a request gets by default (`thinking`, `default_answer_format`),
+  the context length and history budget
   it was trained at, and its lineage by checkpoint id (never a path of the exporting machine), which
   `simulacra serve` and the environment classes read;
 - `README.md`, the model card (pipeline/serving/model_card.py).
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.serving.chat_template import chat_template
-from pipeline.serving.prompt_formats import PromptFormat
+from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, PromptFormat
 from pipeline.training.tiny_model import IM_END
 
 METADATA_FILE = "simulacra.json"
@@ -71,7 +73,9 @@ def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[
     tokenizer.model_max_length = metadata["context_length"]  # the trained length, which servers read as the limit
     tokenizer.save_pretrained(partial)
     stops = _write_generation_config(source, partial, tokenizer)
-    recorded = {**metadata, "prompt_format": fmt.name, "thinking": fmt.thinking, "stop_token_ids": stops}
+    recorded = {**metadata, "prompt_format": fmt.name, "thinking": fmt.thinking,
+                "answer_formats": list(fmt.answer_formats), "default_answer_format": ANSWER_FORMAT_NAMES[fmt.thinking],
+                "stop_token_ids": stops}
     (partial / METADATA_FILE).write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     (partial / "README.md").write_text(card, encoding="utf-8")
     if out_dir.exists():

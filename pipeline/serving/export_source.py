@@ -1,12 +1,14 @@
 """Which checkpoint the export stage exports, and in which prompt format (issue 12, "The checkpoint").
 
-The default is the model the pipeline exists to produce: the newest registered checkpoint of the
-last training stage that ran (rl, else sft, else cpt), in that stage's prompt format.
+The default is the model the pipeline exists to produce: among the newest registered checkpoint of
+each training stage (rl, sft, cpt), the one with the best validation score
+(pipeline/serving/export_choice.py), in the prompt and answer format it was trained in.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.prompts.answer_format import FORMAT_FILE, model_format
 from pipeline.serving.prompt_formats import PROMPT_FORMATS, prompt_format
 
 # The training stages, last first: the export takes the model of the last one that ran.
@@ -44,18 +46,30 @@ def resolve_source(config, store) -> SourceCheckpoint:
         if not (path / "config.json").is_file():
             raise NothingToExport(f"export.checkpoint: {chosen} is neither a registered checkpoint_id nor a model folder")
         return SourceCheckpoint(path.name, None, path, str(path))
-    for stage in TRAINING_STAGES:
-        found = _registered(store, "stage = ?", [stage])
-        if found:
-            return found[0]
-    raise NothingToExport("no checkpoint of rl, sft or cpt is registered: run the training stages first, or set export.checkpoint")
+    from pipeline.serving.export_choice import choose
+
+    # The best validation score among each training stage's newest checkpoint (pipeline/serving/export_choice.py).
+    choice = choose(store)
+    if choice is None:
+        raise NothingToExport("no checkpoint of rl, sft or cpt is registered: run the training stages first, or set export.checkpoint")
+    chosen = choice.chosen
+    return SourceCheckpoint(chosen.checkpoint_id, chosen.stage, chosen.path, chosen.base_model)
 
 
 def resolve_format(config, source: SourceCheckpoint):
-    name = config.export.prompt_format or source.stage
+    """The checkpoint's template and answer format, as it was trained (`answer_format.json` beside its
+    weights, else its stage's: pipeline/prompts/answer_format.py's `model_format`); `export.prompt_format`
+    names another template, in the same answer format."""
+    known = (source.path / FORMAT_FILE).is_file() or source.stage in PROMPT_FORMATS
+    trained = model_format(source.path, source.stage) if known else None
+    name = config.export.prompt_format or (trained.template if trained else None)
     if name is None or name not in PROMPT_FORMATS:
         raise NothingToExport(
             f"export.prompt_format: the checkpoint {source.checkpoint_id} was trained in no known prompt format "
             f"(stage {source.stage}); set export.prompt_format to one of {', '.join(PROMPT_FORMATS)}"
         )
-    return prompt_format(name)
+    try:
+        return prompt_format(name, trained.thinking if trained else None)
+    except ValueError as exc:  # the cpt template for a checkpoint trained thinking
+        raise NothingToExport(f"export.prompt_format: {exc}, and the checkpoint {source.checkpoint_id} was trained "
+                              "to answer thinking: choose sft or rl") from None

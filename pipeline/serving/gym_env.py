@@ -11,9 +11,11 @@ Observations and actions are text (`TextOf`: any string up to a length, where gy
 admits only its sampling alphabet). `reset(seed=..., options=...)`: the seed seeds `np_random`, from
 which the episode's seed is drawn, so the same seed gives the same episode (pipeline/serving/episode.py);
 `options` may replace the episode (`task`, the system parts by name, `verifier`, `success_pattern`,
-`max_steps`). The initial observation is the initial state. `info` holds the thinking of a thinking
-model, the outcome's reason and how many history turns the request carried (the history is shortened
-as training shortened it, pipeline/serving/environment.py).
+`max_steps`). The initial observation is the initial state. `enable_thinking` asks for the thinking or
+the direct answer (default: the model's trained format; a direct answer has no thinking). `info` holds
+the thinking of a thinking answer (None for a direct one), the outcome's reason and how many history
+turns the request carried (the history is shortened as training shortened it,
+pipeline/serving/environment.py).
 """
 
 from typing import Any
@@ -30,6 +32,11 @@ class TextOf(spaces.Text):
     gymnasium's default alphanumeric alphabet; membership admits every character, since observations
     are whatever the environment prints."""
 
+    def __init__(self, max_length: int, **options: Any):
+        # From no character up, where gymnasium's Text starts at one: `mkdir x` prints nothing, and an episode
+        # without an initial state starts from nothing (issue 29.7: check_env failed on reset's "").
+        super().__init__(max_length, **{"min_length": 0, **options})
+
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
 
@@ -40,9 +47,9 @@ class WorldModelEnv(gymnasium.Env[str, str]):
     def __init__(self, base_url: str, model: str, domain: str, episode: EpisodeSpec, *,
                  prompt_format: str | None = None, max_history_chars: int | None = None, max_tokens: int = 512,
                  temperature: float = 1.0, max_action_chars: int = 4096, max_observation_chars: int = 1 << 20,
-                 render_mode: str | None = None, api_key: str = "EMPTY"):
+                 render_mode: str | None = None, api_key: str = "EMPTY", enable_thinking: bool | None = None):
         self.simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                               max_tokens, temperature)
+                                               max_tokens, temperature, enable_thinking=enable_thinking)
         self.episode = episode
         self.action_space = TextOf(max_length=max_action_chars)
         self.observation_space = TextOf(max_length=max_observation_chars)

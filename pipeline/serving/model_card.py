@@ -5,8 +5,10 @@ settings, and the evaluation table. Issue 19: the Hub's conventions, YAML front 
 `license` (the base model's), `base_model`, `pipeline_tag`, `tags`, `datasets` (the sources by name)
 and `model-index` (the evaluation results), a complete example request, and no absolute path of the
 exporting machine (a setting that holds one shows it relative to the workspace, or by its last
-component). Facts come from the store (sources, pools, `stage_runs`, `checkpoints`) and the config in
-effect; rendering is a pure function of them, so a test reads the card against the store it came from.
+component). Issue 28: the answer formats the model was trained in (thinking, direct) and how a request
+asks for each (`chat_template_kwargs: {"enable_thinking": ...}`, as for Qwen3). Facts come from the
+store (sources, pools, `stage_runs`, `checkpoints`) and the config in effect; rendering is a pure
+function of them, so a test reads the card against the store it came from.
 """
 
 import json
@@ -38,6 +40,7 @@ class CardFacts:
     pools: list[dict[str, Any]] = field(default_factory=list)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, fingerprint, finished, summary, settings
     evaluation: list[dict[str, Any]] = field(default_factory=list)  # pipeline/evaluation/report.py's rows
+    chosen_by: str = ""  # why this checkpoint was shipped (pipeline/serving/export_choice.py), in words
 
 
 def collect_pools(store) -> list[dict[str, Any]]:
@@ -140,7 +143,8 @@ EXAMPLE_ACTION = "wc -l notes.txt"
 
 def example_request(fmt, model_name: str, max_tokens: int) -> dict[str, Any]:
     """A complete chat-completions body for the example trajectory: the system prompt as its named parts
-    (the exported chat template renders them in the model's format, `fmt`), the history, the action."""
+    (the exported chat template renders them in the model's format, `fmt`), the history, the action, and
+    the answer format asked for (the trained one) as vLLM and `simulacra serve` take it."""
     from pipeline.serving.prompt_formats import part_messages
     from pipeline.store.schema import SystemPrompt
 
@@ -148,7 +152,8 @@ def example_request(fmt, model_name: str, max_tokens: int) -> dict[str, Any]:
     for action, observation in EXAMPLE_TURNS:
         messages += [{"role": "user", "content": action}, {"role": "assistant", "content": observation}]
     messages.append({"role": "user", "content": EXAMPLE_ACTION})
-    return {"model": model_name, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    return {"model": model_name, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": fmt.thinking}}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -167,13 +172,32 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+# How each answer format reads and is asked for (SPEC.md, Stage 2: the model is hybrid, as Qwen3's are).
+ANSWER_FORMAT_TEXT = {
+    "direct": "`direct`: the observation alone, the whole answer in `content`; ask with "
+    '`"chat_template_kwargs": {"enable_thinking": false}`.',
+    "thinking": "`thinking`: `<think>...</think>`, then the observation; `simulacra serve` (and vLLM with "
+    "`--reasoning-parser qwen3`) returns the thinking in `reasoning_content` and the observation alone as "
+    '`content`; ask with `"chat_template_kwargs": {"enable_thinking": true}`.',
+}
+
+
+def _answer_formats(facts: CardFacts) -> str:
+    from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, prompt_format
+
+    trained = prompt_format(facts.prompt_format, facts.thinking).answer_formats
+    default = ANSWER_FORMAT_NAMES[facts.thinking]
+    lines = [f"- Answer formats it was trained in: {', '.join(f'`{name}`' for name in trained)}; a request that "
+             f"does not say gets `{default}`."]
+    lines += [f"  - {ANSWER_FORMAT_TEXT[name]}" for name in trained]
+    untrained = [name for name in ANSWER_FORMAT_TEXT if name not in trained]
+    if untrained:
+        lines.append(f"  - {', '.join(f'`{name}`' for name in untrained)}: not trained, so refused: a 400 naming the "
+                     "trained formats from `simulacra serve`, the chat template's error from any other server.")
+    return "\n".join(lines)
+
+
 def render_card(facts: CardFacts) -> str:
-    thinking = (
-        "It thinks first: `<think>...</think>`, then the observation. `simulacra serve` returns the thinking in "
-        "`reasoning_content` and the observation alone as `content`."
-        if facts.thinking
-        else "It answers with the observation alone (no thinking block)."
-    )
     base = f"base model `{facts.base_model}`" if facts.base_model else "base model: the tiny offline model or a local folder"
     parts = [
         _front_matter(facts),
@@ -186,12 +210,13 @@ def render_card(facts: CardFacts) -> str:
         f"- Exported from checkpoint `{facts.source_checkpoint}` (stage `{facts.source_stage}`), {base}; "
         f"trained at {facts.context_length} tokens, the context length servers should allow. Licence "
         f"`{facts.license}` ({facts.license_source}).",
+        f"- Why this checkpoint: {facts.chosen_by}." if facts.chosen_by else "",
         f"- Prompt format `{facts.prompt_format}`: the system prompt is sent as its parts (example below) or "
         "already rendered by `pipeline/serving/prompt_formats.py`; user messages are actions, assistant messages "
         "observations. "
         "The chat template (`chat_template.jinja`, read with the tokenizer) lays them out as in training, and `generation_config.json` "
         "stops at `<|im_end|>`, where observations end.",
-        f"- {thinking}",
+        _answer_formats(facts),
         "- Serve it with `simulacra serve DIR` (CPU, or vLLM on GPUs with `--engine vllm`) or "
         f"`vllm serve DIR --max-model-len {facts.context_length}`; drive it with "
         "`pipeline.serving.environment.WorldModelEnvironment` or the gymnasium / TRL environments of "
@@ -202,7 +227,8 @@ def render_card(facts: CardFacts) -> str:
         "system prompt's parts as system messages named for them (`domain`, `task_description`, `action_space`, "
         "`initial_state`, `demonstrations`, `simulation_instructions`; tools in the request's `tools`), which the "
         "template renders in the prompt format the model was trained on; each user message an action, each "
-        "assistant message the observation it got. The model answers the last action's observation.\n",
+        "assistant message the observation it got; `chat_template_kwargs` the answer format. The model answers "
+        "the last action's observation.\n",
         "```json\n" + json.dumps(facts.example_request, indent=2, ensure_ascii=False) + "\n```\n",
         "## Training data\n",
         "### Sources\n",

@@ -70,7 +70,7 @@ class WorldModelObservation(Observation):
     text: str = Field(default="", description="What the environment shows: the initial state after reset, the "
                       "simulated observation after a step.")
     thinking: str | None = Field(default=None, description="A thinking model's reasoning about the step, kept out "
-                                 "of `text` (the agent sees only the observation).")
+                                 "of `text` (the agent sees only the observation); None for a direct answer.")
     truncated: bool = Field(default=False, description="The step limit ended the episode before the task was "
                             "done (gymnasium's `truncated`); `done` is true as well.")
     reason: str = Field(default="", description="Why the step earned its reward and whether it ended the episode.")
@@ -112,10 +112,10 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
 
     def __init__(self, base_url: str, model: str, domain: str, prompt_format: str, max_history_chars: int | None,
                  episode: EpisodeSpec | None = None, max_tokens: int = 512, temperature: float = 1.0,
-                 api_key: str = "EMPTY"):
+                 api_key: str = "EMPTY", enable_thinking: bool | None = None):
         super().__init__()
         self._simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                                max_tokens, temperature)
+                                                max_tokens, temperature, enable_thinking=enable_thinking)
         self._default = episode
         self._episode: EpisodeSpec | None = None
         self._seed = 0
@@ -202,22 +202,26 @@ def _served_model(simulator_url: str, api_key: str) -> str:
 
 def build_app(world_model_url: str, domain: str, episode: EpisodeSpec | None = None, *, model: str | None = None,
               prompt_format: str | None = None, max_history_chars: int | None = None, max_sessions: int = 8,
-              max_tokens: int = 512, temperature: float = 1.0, api_key: str = "EMPTY"):
+              max_tokens: int = 512, temperature: float = 1.0, api_key: str = "EMPTY",
+              enable_thinking: bool | None = None):
     """OpenEnv's FastAPI app over the world model at `world_model_url`. The model name (when the endpoint
-    serves one), prompt format and history budget are read from it once, here, not per session."""
+    serves one), prompt format, answer format (`enable_thinking`, else the trained one) and history budget
+    are read from it once, here, not per session."""
     import openai
 
     try:
         model = model or _served_model(world_model_url, api_key)
-        probe = WorldModelEnvironment(world_model_url, model, domain, prompt_format, max_history_chars, api_key)
+        probe = WorldModelEnvironment(world_model_url, model, domain, prompt_format, max_history_chars, api_key,
+                                      enable_thinking=enable_thinking)
     except openai.APIConnectionError:
         raise UserFixableError(f"no world model answers at {world_model_url}: start one with `simulacra serve DIR` "
                                "(or vLLM) and pass its /v1 URL as --world-model") from None
-    except ValueError as exc:  # not `simulacra serve`, and no prompt format given
+    except ValueError as exc:  # not `simulacra serve` and no prompt format given, or an untrained answer format
         raise UserFixableError(str(exc)) from None
     probe.client.close()
     factory = functools.partial(WorldModelOpenEnv, world_model_url, model, domain, probe.format.name,
-                                probe.max_history_chars, episode, max_tokens, temperature, api_key)
+                                probe.max_history_chars, episode, max_tokens, temperature, api_key,
+                                enable_thinking=probe.thinking)
     app = create_app(factory, WorldModelAction, WorldModelObservation, env_name=ENV_NAME,
                      max_concurrent_envs=max_sessions, state_cls=WorldModelState)
 

@@ -21,11 +21,17 @@ system-prompt part (`domain`, `task_description`, ...) carries that part, and th
 prompt from them and the request's `tools`, as the exported chat template does; `name` elsewhere,
 `tool_calls` and the like on a message are ignored. Unknown fields are still refused, with their name: a misspelt `acton`
 silently dropped would simulate the wrong step.
+
+`chat_template_kwargs` is vLLM's: `{"enable_thinking": false}` asks for the direct answer (the
+observation alone), `true` for the thinking one, as Qwen3's chat templates read it (issue 28); omitted,
+the model answers in the format it was trained in. Its other keys are ignored, as vLLM passes them to
+a template that may not read them; `enable_thinking` must be a boolean.
 """
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline.store.schema import DOMAINS, SystemPrompt
 
@@ -44,7 +50,7 @@ IGNORED_FIELDS = {
     "store": "nothing is stored",
     "service_tier": "one tier",
     "prompt_cache_key": "no prompt cache across requests",
-    "reasoning_effort": "the model thinks as it was trained to (its prompt format)",
+    "reasoning_effort": "the model thinks or not as `chat_template_kwargs.enable_thinking` asks, never by effort",
     "verbosity": "the observation is as long as the environment's",
     "modalities": "text only",
     "audio": "text only",
@@ -133,6 +139,9 @@ class ChatCompletionRequest(Strict):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     ignore_eos: bool = Field(default=False, description="vLLM's: generate max_tokens, past the end token.")
     include_thinking: bool = Field(default=False, description="Put the thinking block in `content` too.")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="vLLM's: `enable_thinking` chooses the thinking or the direct answer; other keys "
+        "are ignored.")
     # Accepted and ignored: IGNORED_FIELDS says why.
     tools: Any = None
     tool_choice: Any = None
@@ -153,6 +162,14 @@ class ChatCompletionRequest(Strict):
     prediction: Any = None
     web_search_options: Any = None
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _enable_thinking_is_a_boolean(cls, kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+        value = (kwargs or {}).get("enable_thinking")
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"enable_thinking must be true or false, not {json.dumps(value)}")
+        return kwargs
+
     @model_validator(mode="after")
     def _one_way_to_ask(self) -> "ChatCompletionRequest":
         structured = self.action is not None or self.system is not None or self.turns or self.control_instructions
@@ -171,6 +188,10 @@ class ChatCompletionRequest(Strict):
             if not -100 <= bias <= 100:
                 raise ValueError(f"field `logit_bias`: the bias of token {token} is outside [-100, 100]")
         return self
+
+    def enable_thinking(self) -> bool | None:
+        """The answer format asked for: True thinking, False direct, None the model's trained one."""
+        return (self.chat_template_kwargs or {}).get("enable_thinking")
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

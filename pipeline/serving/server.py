@@ -2,10 +2,14 @@
 
 `POST /v1/chat/completions` takes the trajectory so far and the action (as chat messages or as
 structured fields, pipeline/serving/protocol.py) and answers the simulated observation as the
-assistant message's `content`, streamed as server-sent events with `stream: true`. For a thinking
-model the thinking goes to `reasoning_content` (vLLM's reasoning-parser convention) and stays out of
-`content` unless `include_thinking` is true. `GET /v1/models` and `GET /v1/models/{id}` describe the
-model (context length, prompt format); `GET /health` says it is up, with the decoder's load.
+assistant message's `content`, streamed as server-sent events with `stream: true`. The answer format
+is the request's `chat_template_kwargs.enable_thinking` (vLLM's field, Qwen3's switch: issue 28), else
+the one the model was trained in; it chooses the instruction of a system prompt the server renders (from
+parts or structured fields) and how the answer is read: thinking, the thinking goes to
+`reasoning_content` (vLLM's reasoning-parser convention) and stays out of `content` unless
+`include_thinking` is true; direct, the whole answer is `content`. A format the model was not trained
+in is a 400 naming those it was. `GET /v1/models` and `GET /v1/models/{id}` describe the model (context
+length, prompt format, answer formats); `GET /health` says it is up, with the decoder's load.
 
 Requests are decoded together (pipeline/llm/batching.py). A request whose client goes away
 (a closed stream, a timed-out client) is cancelled and leaves the batch at the next token.
@@ -26,7 +30,7 @@ import uuid
 from typing import Any
 
 from pipeline.llm.batching import Row, Sampling, Scheduler, Step, TokenLogprob
-from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, world_model_messages
+from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFormat, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
@@ -64,8 +68,9 @@ def _is_part(message) -> bool:
     return message.world_model_role() == "system" and message.name in SYSTEM_PART_NAMES
 
 
-def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, str]) -> dict[str, str]:
-    """The system message the part messages and `tools` stand for, rendered in the model's format."""
+def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, str], thinking: bool) -> dict[str, str]:
+    """The system message the part messages and `tools` stand for, rendered in the model's template and
+    asking for the answer format `thinking` says."""
     if "domain" not in parts:
         raise RequestError(400, "system-prompt parts without a `domain` part", "messages")
     tools = request.tools if isinstance(request.tools, list) else []
@@ -73,10 +78,10 @@ def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, s
                           tools=tools, initial_state=parts.get("initial_state"),
                           demonstrations=parts.get("demonstrations"),
                           simulation_instructions=parts.get("simulation_instructions"))
-    return {"role": "system", "content": model.format.render_system(parts["domain"], system)}
+    return {"role": "system", "content": model.format.render_system(parts["domain"], system, thinking)}
 
 
-def _messages(model, request: ChatCompletionRequest) -> list[dict[str, str]]:
+def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dict[str, str]]:
     if request.messages is not None:
         messages, parts, first_part = [], {}, None
         for index, message in enumerate(request.messages):
@@ -90,18 +95,19 @@ def _messages(model, request: ChatCompletionRequest) -> list[dict[str, str]]:
                 continue
             messages.append({"role": message.world_model_role(), "content": text})
         if parts:
-            messages.insert(first_part, _system_from_parts(model, request, parts))
+            messages.insert(first_part, _system_from_parts(model, request, parts, thinking))
         return messages
     system = request.system.prompt() if request.system is not None else SystemPrompt()
     turns = [(turn.action, turn.observation) for turn in request.turns]
-    return world_model_messages(model.format, request.domain, system, turns, request.action, request.control_instructions)
+    return world_model_messages(model.format, request.domain, system, turns, request.action, request.control_instructions,
+                                thinking)
 
 
 class Prepared:
-    """A validated request: its prompt tokens and each choice's sampling."""
+    """A validated request: its prompt tokens, each choice's sampling and the answer format (True: thinking)."""
 
-    def __init__(self, request: ChatCompletionRequest, prompt: list[int], sampling: Sampling):
-        self.request, self.prompt, self.sampling = request, prompt, sampling
+    def __init__(self, request: ChatCompletionRequest, prompt: list[int], sampling: Sampling, thinking: bool):
+        self.request, self.prompt, self.sampling, self.thinking = request, prompt, sampling, thinking
 
 
 def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
@@ -127,7 +133,11 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
     if request.model is not None and request.model != model.name:
         raise RequestError(404, f"model `{request.model}` is not served here; this server serves `{model.name}`",
                            "model", "model_not_found")
-    prompt = model.prompt_ids(_messages(model, request))
+    try:
+        thinking = model.format.answer_mode(request.enable_thinking())
+    except UntrainedAnswerFormat as exc:
+        raise RequestError(400, str(exc), "chat_template_kwargs.enable_thinking") from None
+    prompt = model.prompt_ids(_messages(model, request, thinking))
     room = model.context_length - len(prompt)
     budget = request.token_limit() or min(default_max_tokens, room)
     if budget > room or room < 1:
@@ -144,7 +154,7 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
         frequency_penalty=request.frequency_penalty or 0.0, logit_bias=tuple((request.logit_bias or {}).items()),
         logprobs=request.logprobs, top_logprobs=request.top_logprobs or 0, ignore_eos=request.ignore_eos,
     )
-    return Prepared(request, prompt, sampling)
+    return Prepared(request, prompt, sampling, thinking)
 
 
 def _logprob_entry(model, token: TokenLogprob) -> dict[str, Any]:
@@ -180,6 +190,7 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
         return {"id": model.name, "object": "model", "created": int(model.model_dir.stat().st_mtime),
                 "owned_by": "simulacra", "max_model_len": model.context_length,
                 "simulacra": {"prompt_format": model.format.name, "thinking": model.format.thinking,
+                              "answer_formats": list(model.format.answer_formats),
                               "max_history_chars": model.metadata.get("max_history_chars")}}
 
     @app.get("/health")
@@ -264,7 +275,7 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
         for index in range(n):
             step = finals[index]
             message: dict[str, Any] = {"role": "assistant", "content": step.text}
-            if model.format.thinking:
+            if prepared.thinking:  # a direct answer is all observation: nothing in it is split off
                 thinking, observation = split_thinking(step.text)
                 message["reasoning_content"] = thinking
                 if not prepared.request.include_thinking:
@@ -287,7 +298,7 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
 
         try:
             n = len(rows)
-            streams = [AnswerStream(model.format.thinking, prepared.request.include_thinking) for _ in range(n)]
+            streams = [AnswerStream(prepared.thinking, prepared.request.include_thinking) for _ in range(n)]
             for index in range(n):
                 yield chunk(index, {"role": "assistant", "content": ""})
             finished, completion_tokens = 0, 0
@@ -327,7 +338,7 @@ def serve(model_dir, host: str, port: int, device: str, default_max_tokens: int,
     from pipeline.serving.world_model import WorldModel
 
     model = WorldModel(model_dir, device)
-    print(f"serving {model.name} ({model.format.name} format, context {model.context_length}) at "
-          f"http://{host}:{port}/v1", flush=True)
+    print(f"serving {model.name} ({model.format.name} format, answering {'/'.join(model.format.answer_formats)}, "
+          f"context {model.context_length}) at http://{host}:{port}/v1", flush=True)
     uvicorn.run(build_app(model, default_max_tokens, max_batch, max_body_bytes), host=host, port=port,
                 log_level="warning")

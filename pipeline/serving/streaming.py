@@ -5,7 +5,8 @@
 shows of each only what no later token can change: nothing while the answer might still open with
 `<think>`, thinking up to a possible partial `</think>` and without the whitespace `strip` would
 remove, the observation once its separator (up to two newlines) is decided. Concatenated, the deltas
-are exactly what the same answer gets without streaming.
+are exactly what the same answer gets without streaming. A direct answer (the request's answer
+format, issue 28) is all observation and streams as it comes.
 """
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
 
 @dataclass
 class AnswerStream:
-    thinking_format: bool
+    thinking_format: bool  # the request's answer format: False, direct, nothing is held back or split off
     include_thinking: bool
     sent_reasoning: str = ""
     sent_content: str = ""

@@ -7,7 +7,8 @@ to two newlines); an answer that opened a thinking block and never closed it (cu
 limit) is all thinking with an empty observation, never reasoning passed off as the environment's
 output; an answer that does not open with `<think>` is all observation, a later `</think>` included
 (the exported chat template opens no thinking block in the prompt, so a thinking answer opens its own;
-and a streamed answer can then be shown as it comes, pipeline/serving/streaming.py).
+and a streamed answer can then be shown as it comes, pipeline/serving/streaming.py). Only an answer
+asked for in the thinking format is split: a direct one (issue 28) is the observation, whole.
 """
 
 from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN

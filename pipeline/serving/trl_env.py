@@ -28,9 +28,9 @@ EPISODE_OVER = "The episode is over: no action has an effect now."
 class WorldModelToolEnv:
     def __init__(self, base_url: str, model: str, domain: str, prompt_format: str | None = None,
                  max_history_chars: int | None = None, max_tokens: int = 512, temperature: float = 1.0,
-                 api_key: str = "EMPTY"):
+                 api_key: str = "EMPTY", enable_thinking: bool | None = None):
         self._simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                                max_tokens, temperature)
+                                                max_tokens, temperature, enable_thinking=enable_thinking)
         self._episode = EpisodeSpec("")
         self._seed = 0
         self._steps = 0
@@ -66,5 +66,5 @@ class WorldModelToolEnv:
 
 def world_model_environment_factory(base_url: str, model: str, domain: str, **options: Any):
     """The zero-argument factory `GRPOTrainer(environment_factory=...)` takes; `options` are
-    WorldModelToolEnv's (prompt_format, max_history_chars, max_tokens, temperature, api_key)."""
+    WorldModelToolEnv's (prompt_format, max_history_chars, max_tokens, temperature, api_key, enable_thinking)."""
     return functools.partial(WorldModelToolEnv, base_url, model, domain, **options)

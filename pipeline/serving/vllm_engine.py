@@ -13,7 +13,11 @@ The command carries what the export recorded, so vLLM serves the model as it was
   them, the tiny offline one and Llama-family ones (SmolLM2) do not. Without them no parser is passed,
   the thinking stays in `content` (as `include_thinking` gives here) and the environment classes split
   it off themselves (pipeline/serving/thinking.py);
-- the chat template is the tokenizer's (the exported one), so nothing needs passing for it.
+- the chat template is the tokenizer's (the exported one), so nothing needs passing for it; vLLM hands
+  it a request's `chat_template_kwargs`, so `enable_thinking` chooses the answer format as here, and a
+  format the model was not trained in fails in the template (`raise_exception`, a 400 of vLLM's) with
+  the message `simulacra serve` gives. The reasoning parser goes with the trained format: a direct
+  model gets none, and its whole answer is `content`.
 Extra arguments after `--` go to vLLM unchanged (`--tensor-parallel-size 2`, `--gpu-memory-utilization`).
 
 One difference remains: vLLM tokenises the rendered template as one string, so a literal `<|im_end|>`

@@ -21,7 +21,7 @@ class WorldModel:
         self.model_dir = Path(model_dir).resolve()
         self.metadata = read_metadata(self.model_dir)
         self.name: str = self.metadata["model_name"]
-        self.format = prompt_format(self.metadata["prompt_format"])
+        self.format = prompt_format(self.metadata["prompt_format"], self.metadata.get("thinking"))
         self.context_length: int = self.metadata["context_length"]
         self.stop_token_ids: list[int] = self.metadata["stop_token_ids"]
         if device == "auto":

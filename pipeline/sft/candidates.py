@@ -25,7 +25,9 @@ from pipeline.llm.credentials import REDACTED
 from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN, render_thinking_output
 
 PARSED = "ok"
-__all__ = ["THINK_CLOSE", "THINK_OPEN", "ParsedCandidate", "parse_candidate", "render_thinking_output"]
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ParsedCandidate", "parse_candidate", "parse_direct", "render_thinking_output"]
+# The status of a direct answer that wrote a thinking tag anyway: not in its format.
+THINK_TAG_IN_DIRECT = "think_tag_in_direct"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +61,16 @@ def parse_candidate(text: str | None) -> ParsedCandidate:
             rest = rest[len(separator) :]
             break
     return ParsedCandidate(PARSED, thinking.strip(), rest)
+
+
+def parse_direct(text: str | None) -> ParsedCandidate:
+    """A direct answer (issue 28): the observation alone, as written, whitespace included (`mkdir x`
+    prints nothing, so an empty answer can be right). Not in its format when it holds a thinking tag:
+    a model asked for the observation that reasons aloud would hand its reasoning to the agent."""
+    if text is None:
+        return ParsedCandidate("generation_failed")
+    if REDACTED in text:
+        return ParsedCandidate("held_secret")
+    if THINK_OPEN in text or THINK_CLOSE in text:
+        return ParsedCandidate(THINK_TAG_IN_DIRECT)
+    return ParsedCandidate(PARSED, None, text)
