@@ -4,7 +4,9 @@ Keys are stable (`<stage>-summary`, `<stage>-progress`, and the keys a stage giv
 images, prefixed with the stage), so the UI keeps one artifact per key with a version per run;
 Prefect accepts lower-case letters, digits and dashes only. Plots are PNG files the stage rendered;
 the Prefect server cannot read the worker's disk, so each is sent inline as a `data:` URI in an
-image artifact, and its path is in the summary.
+image artifact, described in words, and its path is in the summary. A plot named as a table is
+(score's `categories`) takes `-plot` after its key: under one key the UI kept only the last artifact,
+and its page showed the table "Changed to image artifact" (issue 29.8).
 """
 
 import base64
@@ -72,11 +74,15 @@ def summary_markdown(stage: str, fingerprint: str, result: StageResult) -> str:
 
 def publish_stage(stage: str, fingerprint: str, result: StageResult) -> None:
     """Tables, plots and the summary of a stage that ran."""
+    tables = {stage_key(stage, key) for key in result.tables}
     for key, rows in result.tables.items():
         create_table_artifact(table=_json_safe(rows), key=stage_key(stage, key), description=f"{stage}: {key}")
     for key, path in result.images.items():
         if Path(path).is_file():
-            create_image_artifact(image_url=_png_data_uri(Path(path)), key=stage_key(stage, key), description=f"{stage}: {path}")
+            named = stage_key(stage, key)
+            words = named.removeprefix(f"{stage}-").replace("-", " ")
+            create_image_artifact(image_url=_png_data_uri(Path(path)), key=named + ("-plot" if named in tables else ""),
+                                  description=f"{stage}: plot of the {words}")
     create_markdown_artifact(
         markdown=summary_markdown(stage, fingerprint, result),
         key=stage_key(stage, "summary"),

@@ -6,13 +6,14 @@ resume. A new stage adds one line here and one deployment in deploy/prefect.yaml
 
 from collections.abc import Sequence
 
-from prefect import Flow, flow
+from prefect import Flow
 
 from flows.dag import MaxSteps, StageOutcome, resolve_config, run_stages
+from flows.stored_parameters import pipeline_flow
 
 
 def stage_flow(stage: str) -> Flow:
-    @flow(name=stage, description=f"Run the {stage} stage alone (skipped if its fingerprint already completed).")
+    @pipeline_flow(name=stage, description=f"Run the {stage} stage alone (skipped if its fingerprint already completed).")
     def run_one_stage(
         config_path: str = "",
         workspace: str = "",

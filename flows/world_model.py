@@ -10,15 +10,14 @@ as a union the user must first switch from None, and shows no type or default fo
 from collections.abc import Sequence
 from typing import Literal
 
-from prefect import flow
-
 from flows.dag import MaxSteps, StageOutcome, config_stages, resolve_config, run_stages
+from flows.stored_parameters import pipeline_flow
 from pipeline.config.orchestration import STAGE_ORDER
 
 StageName = Literal[STAGE_ORDER]
 
 
-@flow(name="world-model-pipeline", description="Ingest, filter, score, split and train a world model.")
+@pipeline_flow(name="world-model-pipeline", description="Ingest, filter, score, split and train a world model.")
 def world_model_pipeline(
     config_path: str = "",
     workspace: str = "",

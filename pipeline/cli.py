@@ -18,32 +18,41 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
-from pipeline.errors import UserFixableError, interrupted
+from pipeline.errors import INTERRUPTED, UserFixableError, interrupted, interrupts_received, watch_for_interrupts
 
 console = Console(stderr=True)
 
 
 class Commands(TyperGroup):
     """The command group: runs the chosen command, and turns a UserFixableError into one line on
-    stderr and exit status 2. Text, not markup: messages hold brackets (`file[3]`)."""
+    stderr and exit status 2, and ctrl-C into one line and status 130, even one a library dropped.
+    Text, not markup: messages hold brackets (`file[3]`)."""
 
     def invoke(self, ctx):
+        watch_for_interrupts()
+        before = interrupts_received()
         try:
-            return super().invoke(ctx)
-        except UserFixableError as exc:
+            result = super().invoke(ctx)
+        except BaseException as exc:
+            if interrupted(exc) or interrupts_received() > before:
+                self._stop_interrupted(ctx)
+            if not isinstance(exc, UserFixableError):
+                raise
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
-        except BaseException as exc:
-            if not interrupted(exc):
-                raise
-            # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
-            # rest rolled back, and each stage resumes from what it committed.
-            console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"),
-                                        "interrupted: rerun the same command to resume"), soft_wrap=True)
-            raise typer.Exit(130) from None
+        if interrupts_received() > before:  # its KeyboardInterrupt was dropped on the way (pipeline/errors.py)
+            self._stop_interrupted(ctx)
+        return result
+
+    @staticmethod
+    def _stop_interrupted(ctx) -> None:
+        # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
+        # rest rolled back, and each stage resumes from what it committed.
+        console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), INTERRUPTED), soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -280,16 +289,52 @@ def openenv_serve(
                       temperature=temperature)
 
 
-@app.command()
+class ListOptions(TyperCommand):
+    """A command whose list options take every value up to the next option, as argparse's `nargs="+"`
+    does: `evaluate --data a.jsonl b.jsonl` as well as `--data a.jsonl --data b.jsonl` (issue 30).
+    Click gives an option one value a time; the values are spelled out as repeated options before it parses."""
+
+    list_options = ("--data", "--checkpoint")
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, repeat_list_options(args, self.list_options))
+
+
+def repeat_list_options(args: list[str], names: tuple[str, ...]) -> list[str]:
+    """`--data a b --thinking` -> `--data a --data b --thinking`; `--` ends the options, as everywhere."""
+    out: list[str] = []
+    current = None  # the list option whose values are being read
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        if arg == "--":
+            return out + args[position:]
+        if arg in names and position + 1 < len(args):  # `--data x`: x is its first value, as Click reads it
+            current = arg
+            out += [arg, args[position + 1]]
+            position += 2
+            continue
+        if arg.startswith("-"):
+            current = arg.split("=", 1)[0] if arg.split("=", 1)[0] in names else None  # `--data=x y`
+            out.append(arg)
+        else:
+            out += [current, arg] if current else [arg]
+        position += 1
+    return out
+
+
+@app.command(cls=ListOptions)
 def evaluate(
     checkpoint: Annotated[
         list[str] | None,
-        typer.Option("--checkpoint", help="A model folder to evaluate (repeatable); default: the base model and every stage's newest checkpoint."),
+        typer.Option("--checkpoint", help="Model folders to evaluate (several after one --checkpoint, or it repeated); default: "
+                     "the base model and every stage's newest checkpoint."),
     ] = None,
     data: Annotated[
         list[str] | None,
         typer.Option("--data", help="Evaluate on these benchmark files or folders (AgentWorldBench rows, or any format ingest "
-                     "reads): their marked target turns as given, their own system prompts; nothing is ingested."),
+                     "reads; several after one --data): their marked target turns as given, their own system prompts; "
+                     "nothing is ingested."),
     ] = None,
     thinking: Annotated[
         bool, typer.Option("--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints).")
@@ -297,6 +342,7 @@ def evaluate(
 ) -> None:
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
     from pipeline.evaluation.report import judge_caption
+    from pipeline.sft.judging import CRITERIA
     from stages import evaluate as stage
 
     with _store() as store:
@@ -304,12 +350,20 @@ def evaluate(
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
+    # Every mean is printed with its 95% interval over targets, as lm-evaluation-harness prints a stderr (issue 28).
     _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
-                f"`score_macro` the mean over domains ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate",
-                 "format", "factuality", "consistency", "realism", "quality"))
-    _print_rows(out, rows, "judge-free metrics", ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match",
-                                                   "rouge_l", "exact_match", "exact", "line_agreement", "json_valid"))
+                f"`score_macro` the mean over domains, each with its 95% interval ({result.metrics['eval_set']})",
+                ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate"))
+    if any(row[name] is not None for row in rows for name in CRITERIA):  # the similarity judge scores no criteria
+        _print_rows(out, rows, "the judge's criteria (0-100)", ("model", "domain", *CRITERIA))
+    _print_rows(out, rows, "judge-free metrics (observation_ce token-weighted, its interval of the mean per-target CE)",
+                ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match",
+                 "exact", "line_agreement", "json_valid"))
+    overall = [row for row in result.tables["evaluate-comparisons"] if row["domain"] == "all"]
+    if overall:
+        _print_rows(out, overall, "paired comparisons, all domains (model - compared_with on the targets both scored, 95% "
+                    "interval; observation_ce lower is better; per domain in report.json)",
+                    ("model", "compared_with", "relation", "measure", "change", "verdict", "targets"))
     correlated = result.tables["evaluate-correlations"]
     _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
                 "valid judgement, every model pooled)", tuple(correlated[0]))
@@ -318,9 +372,13 @@ def evaluate(
 
 
 def _print_rows(out: Console, rows: list[dict[str, Any]], title: str, columns: tuple[str, ...]) -> None:
+    """A table of rows; a value with its interval (`<column>_low`, `_high`) as `41.1 [35.2, 47.0]`."""
+    from pipeline.evaluation.report import with_interval
+
     table = Table(*columns, title=title)
     for row in rows:
-        table.add_row(*("-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+        table.add_row(*(with_interval(row, c) or ("-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float)
+                        else str(row[c])) for c in columns))
     out.print(table)
 
 

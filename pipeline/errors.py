@@ -8,6 +8,14 @@ And ctrl-C, in whichever form it reaches the code (DuckDB reports one as its own
 into one line and status 130, and code that routes around DuckDB's refusals must let it through.
 """
 
+import signal
+import threading
+
+# What the CLI prints after the command's name when ctrl-C stopped it.
+INTERRUPTED = "interrupted: rerun the same command to resume"
+
+_interrupts_received = 0
+
 
 class UserFixableError(RuntimeError):
     """A problem the user can fix; the message names the fix in one line."""
@@ -38,3 +46,25 @@ def _is_interrupt(exc: BaseException) -> bool:
     if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
         return True
     return type(exc).__module__.startswith(("duckdb", "_duckdb")) and "KeyboardInterrupt" in str(exc)
+
+
+def watch_for_interrupts() -> None:
+    """From now on ctrl-C raises KeyboardInterrupt, as Python's own handler does, and is counted
+    (`interrupts_received`), so the CLI knows of one that a library ran the handler for and then dropped:
+    DuckDB checks for signals while a query runs, and one ctrl-C in 27 ended `ingest` with status 0, the
+    file read to its end (issue 29.3). A process started with ctrl-C ignored (`nohup`) keeps ignoring it."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
+        signal.default_int_handler, _count_and_raise
+    ):
+        signal.signal(signal.SIGINT, _count_and_raise)
+
+
+def interrupts_received() -> int:
+    """How many ctrl-Cs reached the handler `watch_for_interrupts` installed, whatever became of them."""
+    return _interrupts_received
+
+
+def _count_and_raise(signum, frame) -> None:
+    global _interrupts_received
+    _interrupts_received += 1
+    raise KeyboardInterrupt

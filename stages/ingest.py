@@ -31,7 +31,7 @@ from pipeline.formats.file_encoding import sniff
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.progress import progress_bar
 from pipeline.store.schema import RecordError, Trajectory, check_limits
-from pipeline.formats.sources import Input, NotRead, expand
+from pipeline.formats.sources import Input, NotRead, Skipped, expand
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 
@@ -90,9 +90,10 @@ def run(
     per_source: dict[str, Counts] = {}
     files_read = files_unchanged = 0
     not_read: list[NotRead] = []
+    skipped: list[Skipped] = []  # links back into a folder, second names of a file: read once, nothing to fix
     decoded: list[str] = []  # files read through a decoding, and what they were
     for source in sources:
-        inputs = expand(source.path, not_read)
+        inputs = expand(source.path, not_read, skipped)
         totals = per_source.setdefault(source.name, Counts())
         for item in inputs:
             try:
@@ -117,6 +118,7 @@ def run(
         "per_source": {name: c.as_dict() for name, c in per_source.items()},
         "trajectories_in_store": store.scalar("SELECT count(*) FROM trajectories"),
         "paths_not_read": [{"path": entry.path, "reason": entry.reason} for entry in not_read],
+        "paths_skipped": [{"path": entry.path, "reason": entry.reason} for entry in skipped],
         "files_decoded": decoded,
     }
     summary = (
@@ -125,6 +127,8 @@ def run(
     )
     if decoded:
         summary += f"; read as UTF-8 from: {', '.join(decoded)}"
+    if skipped:
+        summary += f"; {len(skipped)} path(s) skipped: " + "; ".join(f"{e.path} ({e.reason})" for e in skipped)
     if not_read:
         summary += f"; {len(not_read)} path(s) NOT read: " + "; ".join(f"{e.path} ({e.reason})" for e in not_read)
     table = [{"source": name, **c.as_dict()} for name, c in per_source.items()]

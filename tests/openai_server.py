@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 FaultKind = Literal[
     "rate_limit", "server_error", "unavailable", "hang", "reset", "truncated", "empty_choices", "answer", "unauthorized",
-    "unauthorized_masked",
+    "unauthorized_masked", "unauthorized_reversed",
 ]
 
 
@@ -35,7 +35,8 @@ class Fault:
     out of range); `rate_limit` sends `Retry-After: retry_after` with its 429; `unauthorized` is a 401
     whose message quotes the Authorization header it got, as careless servers do (the client must
     keep the key out of what it records all the same); `unauthorized_masked` quotes it masked, as
-    OpenAI does (`sk-canar****...2ad4`: its first 8 characters and last 4)."""
+    OpenAI does (`sk-canar****...2ad4`: its first 8 characters and last 4); `unauthorized_reversed`
+    quotes it backwards, a disguise."""
 
     kind: FaultKind
     retry_after: float | None = None
@@ -172,9 +173,10 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             elif fault.kind in ("server_error", "unavailable"):
                 status = 500 if fault.kind == "server_error" else 503
                 self._send_json(status, {"error": {"message": f"injected {fault.kind}", "type": "server_error"}})
-            elif fault.kind in ("unauthorized", "unauthorized_masked"):
+            elif fault.kind in ("unauthorized", "unauthorized_masked", "unauthorized_reversed"):
                 key = (entry.authorization or "").removeprefix("Bearer ")
-                shown = entry.authorization if fault.kind == "unauthorized" else f"{key[:8]}****...{key[-4:]}"
+                shown = {"unauthorized": entry.authorization, "unauthorized_masked": f"{key[:8]}****...{key[-4:]}",
+                         "unauthorized_reversed": key[::-1]}[fault.kind]
                 quoted = f"Incorrect API key provided: {shown}"
                 self._send_json(401, {"error": {"message": quoted, "type": "invalid_request_error"}})
             elif fault.kind == "hang":

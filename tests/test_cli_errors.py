@@ -44,6 +44,8 @@ CASES = [
      "to a folder you can write, or fix its permissions"),
     ("ingest of a missing path", [], ["ingest", "/nonexistent/runs"],
      "ingest: /nonexistent/runs: no such file, folder or glob match"),
+    ("ingest into a workspace its owner made read-only", [lambda workspace: workspace.chmod(0o555)], ["ingest", TERMINAL],
+     "ingest: cannot write {workspace}: it is mode 0555, which withholds rwx from its owner"),
     ("stats before any data", [], ["stats"],
      "stats: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first"),
     ("stats of a store an older version wrote", [["ingest", TERMINAL], forget_migration], ["stats"],

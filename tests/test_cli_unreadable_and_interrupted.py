@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,72 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     assert done.returncode == 0, done.stderr
     with Store(database, read_only=True) as store:
         assert store.scalar("SELECT sum(records_read) FROM ingested_files WHERE completed") == records(big)
+
+
+# The console script as pip writes it for pyproject.toml's `simulacra = "module:function"`, preceded by what the case needs.
+CONSOLE_SCRIPT = """
+import sys
+{preamble}
+sys.argv = ["simulacra", *sys.argv[1:]]
+from {module} import {function}
+sys.exit({function}())
+"""
+
+# A slow disk: the command line's first import of typer waits, long enough to press ctrl-C.
+SLOW_IMPORTS = """
+import importlib.abc, time
+
+class SlowDisk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "typer":
+            sys.stderr.write("importing typer\\n"); sys.stderr.flush(); time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, SlowDisk())
+"""
+
+# A library that runs the ctrl-C handler and drops its KeyboardInterrupt, as DuckDB can when its query ends
+# first: here as the ingest stage returns, the file read to its end.
+DROPPED = """
+import signal
+from stages import ingest
+
+read = ingest.run
+
+def run(*args, **kwargs):
+    result = read(*args, **kwargs)
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pass
+    return result
+
+ingest.run = run
+"""
+
+# (preamble, the line on stderr after which the test presses ctrl-C, or None when the preamble does)
+INTERRUPTS = [
+    ("during the imports", SLOW_IMPORTS, "importing typer"),
+    ("dropped by a library", DROPPED, None),
+]
+
+
+@pytest.mark.parametrize("preamble,cue", [case[1:] for case in INTERRUPTS], ids=[case[0] for case in INTERRUPTS])
+def test_every_ctrl_c_stops_the_command_with_one_line_and_status_130(tmp_path, preamble, cue):
+    """Issue 29.3: one in the first 0.2 s printed a 47-line traceback, one in 27 was lost (status 0)."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["simulacra"]
+    module, _, function = declared.partition(":")
+    script = CONSOLE_SCRIPT.format(preamble=preamble, module=module, function=function)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, "--set", f"workspace.path={tmp_path / 'ws'}", "ingest", str(TERMINAL)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    if cue is not None:
+        assert child.stderr.readline().strip() == cue
+        child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
 
 
 def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_error():

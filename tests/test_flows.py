@@ -8,6 +8,7 @@ that resumed has a `failed` row then a `completed` one; a skip adds a `skipped` 
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,82 @@ KEYS = [
 @pytest.mark.parametrize("stage,given,key", KEYS, ids=[k for _, _, k in KEYS])
 def test_artifact_keys_are_prefixed_with_their_stage_in_prefects_alphabet(stage, given, key):
     assert stage_key(stage, given) == key
+
+
+# (tables and plots a stage gives, the artifacts the UI then holds: key -> type). Issue 29.8: score's table and
+# plot were both `score-categories`, and the UI kept the plot alone.
+PUBLISHED = [
+    ("a table and its plot under one name", ["categories"], ["categories"],
+     {"score-categories": "table", "score-categories-plot": "image"}),
+    ("a plot of its own", ["counts"], ["score-share-bars"], {"score-counts": "table", "score-share-bars": "image"}),
+]
+
+
+@pytest.mark.parametrize("tables,images,held", [case[1:] for case in PUBLISHED], ids=[case[0] for case in PUBLISHED])
+def test_each_artifact_has_its_own_key_and_a_plot_is_described_in_words(tmp_path, tables, images, held):
+    from prefect import flow
+
+    from flows.artifacts import publish_stage
+    from pipeline.stage import StageResult
+
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    result = StageResult("score", tables={key: [{"domain": "terminal", "turns": 3}] for key in tables},
+                         images={key: png for key in images})
+
+    @flow(name="publish")
+    def publish():
+        publish_stage("score", "f" * 16, result)
+
+    publish()
+    for key, kind in held.items():
+        artifact = Artifact.get(key)
+        assert artifact.type == kind, key
+        if kind == "image":  # in words, not a path on the worker's disk
+            assert artifact.description.startswith("score: plot of the ") and str(tmp_path) not in artifact.description
+
+
+# (overrides, the variable the key is in): the key where no rule on the URL sees it (issue 29.4), or anywhere else.
+KEY_IN_OVERRIDES = [
+    ("in a URL's path", ["sft.judge.endpoint.base_url=http://127.0.0.1:9/v1/{key}"], "OPENAI_API_KEY"),
+    ("in a URL's fragment", ["sft.judge.endpoint.base_url=http://127.0.0.1:9/v1#{key}"], "OPENAI_API_KEY"),
+    ("as another field's value", ["sft.judge.endpoint.model=m-{key}"], "OPENAI_API_KEY"),
+    ("of a variable another override names", ["sft.judge.endpoint.api_key_env=SIMULACRA_JUDGE_KEY",
+                                              "sft.judge.endpoint.base_url=http://127.0.0.1:9/{key}/v1"], "SIMULACRA_JUDGE_KEY"),
+]
+OVERRIDDEN_FLOWS = [world_model_pipeline, *(getattr(stage_flows, f"{stage}_flow") for stage in STAGE_ORDER)]
+
+
+@pytest.mark.parametrize("overrides,variable", [case[1:] for case in KEY_IN_OVERRIDES], ids=[case[0] for case in KEY_IN_OVERRIDES])
+@pytest.mark.parametrize("overridden", OVERRIDDEN_FLOWS, ids=[f.name for f in OVERRIDDEN_FLOWS])
+def test_a_configured_key_is_redacted_from_the_stored_overrides_wherever_it_is(monkeypatch, overridden, overrides, variable):
+    from pipeline.llm.credentials import REDACTED
+
+    key = f"sk-simulacra-{uuid.uuid4().hex}"
+    monkeypatch.setenv(variable, key)
+    given = [override.format(key=key) for override in overrides]
+    stored = overridden.serialize_parameters({"config_path": "", "overrides": given})
+    assert stored["overrides"] == [override.replace(key, REDACTED) for override in given]
+    assert key not in json.dumps(stored)
+
+
+def test_the_run_uses_the_overrides_as_given_and_prefect_stores_them_redacted(tmp_path, monkeypatch):
+    from prefect import get_client
+
+    from flows import world_model
+    from pipeline.llm.credentials import REDACTED
+
+    key = f"sk-simulacra-{uuid.uuid4().hex}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    used = []
+    monkeypatch.setattr(world_model, "run_stages", lambda config, stages: used.append(config) or [])
+    url = f"http://127.0.0.1:9/v1/{key}"
+    state = world_model_pipeline(config_path=str(write_config(tmp_path)), overrides=[f"sft.judge.endpoint.base_url={url}"],
+                                 return_state=True)
+    with get_client(sync_client=True) as client:
+        stored = client.read_flow_run(state.state_details.flow_run_id).parameters
+    assert stored["overrides"] == [f"sft.judge.endpoint.base_url=http://127.0.0.1:9/v1/{REDACTED}"]
+    assert used[0].sft.judge.endpoint.base_url == url
 
 
 def test_parameters_are_typed_and_described_for_the_ui_form():

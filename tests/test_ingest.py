@@ -5,10 +5,12 @@ that matter for both readers run once per reader (`reader` fixture). That the tw
 rows is tests/test_ingest_fast_path.py."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from pipeline.errors import UserFixableError
 from pipeline.formats.simulacra_jsonl import to_record
 from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from stages import ingest
@@ -161,6 +163,73 @@ def test_unknown_format_fails_before_any_work(config, store, tmp_path):
 def test_missing_path_is_a_clear_error(config, store, tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file, folder or glob"):
         ingest.run(config, store, paths=[str(tmp_path / "absent.jsonl")])
+
+
+def _hard_link(data: Path) -> None:
+    (data / "b.jsonl").hardlink_to(data / "a.jsonl")
+
+
+def _two_links_to_one_folder(data: Path) -> None:
+    elsewhere = data.parent / "elsewhere"
+    elsewhere.mkdir()
+    write_jsonl(elsewhere / "c.jsonl", [good(100)])
+    (data / "x").symlink_to(elsewhere)
+    (data / "y").symlink_to(elsewhere)
+
+
+def _link_up_from_a_subfolder(data: Path) -> None:
+    (data / "sub").mkdir()
+    (data / "sub" / "up").symlink_to("..")
+
+
+# (what lies beside data/a.jsonl, records read, paths skipped and why). a.jsonl holds 9 trajectories and
+# 2 malformed records; whatever else names it, it is read once (issue 29.1: `data/self -> .` read it 41 times).
+LINKED = [
+    ("a link to its own folder", lambda data: (data / "self").symlink_to("."), 11,
+     [("self", "a link back to {data}, which holds it: a loop, not followed")]),
+    ("a link up from a subfolder", _link_up_from_a_subfolder, 11,
+     [("sub/up", "a link back to {data}, which holds it: a loop, not followed")]),
+    ("a second name of the file", lambda data: (data / "b.jsonl").symlink_to("a.jsonl"), 11,
+     [("b.jsonl", "the same file as {data}/a.jsonl: read once")]),
+    ("a hard link to the file", _hard_link, 11, [("b.jsonl", "the same file as {data}/a.jsonl: read once")]),
+    ("two links to one folder elsewhere", _two_links_to_one_folder, 12, [("y", "the same folder as {data}/x: read once")]),
+    ("a link that loops", lambda data: (data / "loop.jsonl").symlink_to("loop.jsonl"), 11,
+     [("loop.jsonl", "a symbolic link loop: not read")]),
+]
+
+
+@pytest.mark.parametrize("lay_out,records,skipped", [case[1:] for case in LINKED], ids=[case[0] for case in LINKED])
+def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(config, store, tmp_path, lay_out,
+                                                                             records, skipped):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "a.jsonl", [good(i) for i in range(9)] + ["{bad", "{worse"])
+    lay_out(data)
+    result = ingest.run(config, store, paths=[str(data)])
+    assert result.metrics["records_read"] == records and result.metrics["quarantined"] == 2
+    assert (result.metrics["added"], result.metrics["duplicates"]) == (records - 2, 0)
+    assert result.metrics["paths_skipped"] == [
+        {"path": str(data / path), "reason": reason.format(data=data)} for path, reason in skipped]
+    assert f"1 path(s) skipped: {data / skipped[0][0]} (" in result.summary
+    assert result.metrics["paths_not_read"] == []
+
+
+# (what the path given is, what ingestion says of it)
+NOT_FILES = [
+    ("a named pipe", os.mkfifo, "a named pipe (FIFO), not a file: not read"),
+    ("a symbolic link loop", lambda path: path.symlink_to(path.name), "a symbolic link loop (it never reaches a file): not read"),
+]
+
+
+@pytest.mark.parametrize("make,said", [case[1:] for case in NOT_FILES], ids=[case[0] for case in NOT_FILES])
+def test_a_path_that_is_no_file_is_named_for_what_it_is_and_not_read(config, store, tmp_path, make, said):
+    """Issue 29.6: both were "no such file, folder or glob match"; a pipe is never opened (that waits for a writer)."""
+    path = tmp_path / "given.jsonl"
+    make(path)
+    with pytest.raises(UserFixableError) as refused:
+        ingest.run(config, store, paths=[str(path)])
+    assert str(refused.value) == f"{path}: {said}"
+    assert store.scalar("SELECT count(*) FROM ingested_files") == 0
 
 
 def test_unrecognised_file_is_quarantined_not_fatal(config, store, tmp_path):

@@ -75,15 +75,23 @@ def stored_bytes(root) -> bytes:
     return b"".join(path.read_bytes() for path in root.rglob("*") if path.is_file())
 
 
-def test_a_masked_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_path, monkeypatch, caplog, capfd):
-    """Issue 20.8: the 401 quotes the key masked (`sk-canar****...2ad4`), not verbatim."""
+# (the 401 the server sends, the form of the key it quotes)
+DISGUISES = [
+    ("unauthorized_masked", masked),  # issue 20.8: `sk-canar****...2ad4`, as OpenAI quotes it
+    ("unauthorized_reversed", lambda key: key[::-1]),  # issue 29.9
+]
+
+
+@pytest.mark.parametrize("fault,form", DISGUISES, ids=[fault for fault, _ in DISGUISES])
+def test_a_disguised_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_path, monkeypatch, caplog, capfd, fault, form):
+    """The 401 quotes the key in a form other than verbatim."""
     key = f"sk-canary-{uuid.uuid4().hex}"
     monkeypatch.setenv("SIMULACRA_TEST_KEY", key)
     caplog.set_level(logging.DEBUG)
     with OpenAIServer() as server, Store(tmp_path / "ws" / "store.duckdb") as store:
         config = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model,
                                 api_key_env="SIMULACRA_TEST_KEY", max_retries=0)
-        server.faults.extend([Fault("unauthorized_masked")] * 3)
+        server.faults.extend([Fault(fault)] * 3)
         client = open_client(config, store, "sft.generator.0")
         answers = client.complete_sync([ChatRequest(({"role": "user", "content": f"q{i}"},)) for i in range(3)])
         with pytest.raises(EndpointFailed) as failed:
@@ -92,8 +100,8 @@ def test_a_masked_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_path,
     assert len(errors) == 3 and all(REDACTED in error for error in errors)
     written = [str(failed.value), *(a.error for a in answers), *errors, *(r.getMessage() for r in caplog.records),
                *capfd.readouterr()]
-    assert not [text for text in written if key[:8] in text or key[-4:] in text]
-    assert masked(key).encode() not in stored_bytes(tmp_path / "ws") and key[-4:].encode() not in stored_bytes(tmp_path / "ws")
+    assert not [text for text in written if key[:8] in text or key[-4:] in text or form(key) in text]
+    assert form(key).encode() not in stored_bytes(tmp_path / "ws") and key[-4:].encode() not in stored_bytes(tmp_path / "ws")
     # The one line names the endpoint, the error and where the key comes from.
     assert "http 401" in str(failed.value) and server.base_url in str(failed.value) and "$SIMULACRA_TEST_KEY" in str(failed.value)
 
@@ -106,6 +114,7 @@ def test_a_masked_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_path,
         "key {prefix}**** rejected",
         "Authorization: Bearer {key}",
         "a{key}b",
+        "the key, backwards: {reversed}",  # issue 29.9
     ],
 )
 def test_every_recognisable_form_of_a_known_key_is_redacted(text):
@@ -113,9 +122,10 @@ def test_every_recognisable_form_of_a_known_key_is_redacted(text):
 
     key = f"sk-proj-{uuid.uuid4().hex}"
     remember_secret(key)
-    shown = text.format(masked=masked(key), suffix=key[-4:], prefix=key[:10], key=key)
+    shown = text.format(masked=masked(key), suffix=key[-4:], prefix=key[:10], key=key, reversed=key[::-1])
     redacted = redact(shown)
     assert REDACTED in redacted and key[:8] not in redacted and key[-4:] not in redacted
+    assert key[::-1][:8] not in redacted and key[::-1][-4:] not in redacted
 
 
 def test_ordinary_text_with_dots_and_stars_is_left_alone():

@@ -54,6 +54,18 @@ def test_a_workspace_made_open_to_others_is_closed(shared_folder):
     assert modes(workspace) == MODES
 
 
+def test_a_workspace_its_owner_made_read_only_is_refused_and_left_as_set(shared_folder):
+    """Issue 29.2: taking group and other bits away is ours to do; giving the owner write back is not."""
+    from pipeline.config.workspace import OwnerLockedOut
+
+    workspace = shared_folder / "workspace"
+    workspace.mkdir()
+    workspace.chmod(0o555)
+    with pytest.raises(OwnerLockedOut, match=f"cannot write {workspace}: it is mode 0555"):
+        open_workspace(workspace)
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o555 and not any(workspace.iterdir())
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
 def test_another_user_reads_neither_the_store_nor_prefects_database(shared_folder):
     workspace = shared_folder / "workspace"

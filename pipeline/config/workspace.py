@@ -5,25 +5,41 @@ encryption key of Secret blocks lies beside their ciphertext, and the store hold
 trajectory. Folders the project creates are 0700 and existing ones are made so; the store is 0600.
 """
 
+import stat
 from pathlib import Path
 
 from pydantic import Field
 
 from pipeline.config.base import Section
+from pipeline.errors import UserFixableError
 
 PRIVATE_FOLDER = 0o700
 PRIVATE_FILE = 0o600
 
 
+class OwnerLockedOut(UserFixableError):
+    """An existing folder whose owner took their own read, write or search permission away (a workspace
+    made read-only, 0555). Those bits are the user's: we close a folder to others, never open it to its
+    owner (issue 29.2: `ingest` left a 0555 workspace 0700)."""
+
+    def __init__(self, folder: Path, mode: int):
+        super().__init__(f"cannot write {folder}: it is mode {mode:04o}, which withholds rwx from its owner, and an owner's own "
+                         f"permissions are theirs to change: `chmod u+rwx {folder}`, or set `workspace.path` to another folder")
+
+
 def make_private(folder: Path) -> Path:
     """Create `folder`, and each missing parent, readable by its owner alone; an existing `folder`
-    open to others is closed (a workspace made before issue 20 was 0755). Returns it."""
+    open to others is closed (a workspace made before issue 20 was 0755), and one its owner cannot
+    write is refused (OwnerLockedOut), its mode left as it is. Returns it."""
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     for path in reversed(missing):
         path.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)  # exist_ok: another process may race us
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & PRIVATE_FOLDER != PRIVATE_FOLDER:
+        raise OwnerLockedOut(folder, mode)
     # Never a source checkout (a workspace or Prefect home placed at a repository's root): its modes are the
     # user's, and closing it locks other users out of the code (the sandbox's unprivileged test did).
-    if folder.stat().st_mode & 0o077 and not (folder / ".git").exists():
+    if mode & 0o077 and not (folder / ".git").exists():
         folder.chmod(PRIVATE_FOLDER)
     return folder
 

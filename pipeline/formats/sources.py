@@ -4,9 +4,11 @@ An input is one file, or one Hugging Face dataset split; each has an identity (p
 content digest, which is how the nightly refresh knows a file is unchanged.
 """
 
+import errno
 import glob
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,11 @@ SKIPPED_NAMES = {"license", "license.txt", "license.md", "readme.md", "readme.tx
 
 class InputNotFound(UserFixableError, FileNotFoundError):
     pass
+
+
+class NotAFile(UserFixableError):
+    """A path that is there but holds no file to read: a named pipe (opening it would wait for a writer),
+    a socket, a device, a symbolic link loop."""
 
 
 @dataclass(frozen=True)
@@ -65,37 +72,122 @@ class NotRead:
     reason: str
 
 
-def expand(spec: str, not_read: list[NotRead] | None = None) -> list[Input]:
+@dataclass(frozen=True)
+class Skipped:
+    """A path a folder walk passed over on purpose, and why: a link back into a folder already walked,
+    another name of a file already read, a link loop. Nothing for the user to fix."""
+
+    path: str
+    reason: str
+
+
+def expand(spec: str, not_read: list[NotRead] | None = None, skipped: list[Skipped] | None = None) -> list[Input]:
     """The inputs a path, folder, glob or hf:// URI stands for, in a stable order. A folder that
-    cannot be listed is appended to `not_read` with the reason (pathlib's rglob skips it silently)."""
+    cannot be listed is appended to `not_read` with the reason (pathlib's rglob skips it silently);
+    what a folder walk passes over on purpose, to `skipped`."""
     if spec.startswith("hf://"):
         return [Input(spec, 0)]
     path = Path(spec).expanduser()
     if path.is_file():
         return [Input(str(path), path.stat().st_size)]
     if path.is_dir():
-        files = sorted(_folder_files(path, not_read if not_read is not None else []))
+        not_read, skipped = (not_read if not_read is not None else []), (skipped if skipped is not None else [])
+        files = sorted(_folder_files(path, not_read, skipped))
     else:
         files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if _is_data_file(Path(p)))
     if not files and not path.is_dir():
+        if (what := _not_a_file(path)) is not None:
+            raise NotAFile(f"{spec}: {what}: not read")
         raise InputNotFound(f"{spec}: no such file, folder or glob match")
     return [Input(str(p), p.stat().st_size) for p in files]
 
 
-def _folder_files(folder: Path, not_read: list[NotRead]) -> Iterator[Path]:
+def _not_a_file(path: Path) -> str | None:
+    """What a path is that exists but is neither a file nor a folder; None when it is not there."""
+    if _loops(path):
+        return "a symbolic link loop (it never reaches a file)"
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO), not a file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a file"
+    return None
+
+
+def _folder_files(folder: Path, not_read: list[NotRead], skipped: list[Skipped]) -> Iterator[Path]:
+    """The data files under `folder`, links followed, each real folder and file once (by device and
+    inode): os.walk follows a link back into a folder it is walking (`data/self -> .`) until the path
+    grows too long, and read one file 41 times (issue 29.1). Names are walked sorted, so which of two
+    names of one file is read does not depend on the order the file system lists them in."""
+
     def unlisted(error: OSError) -> None:
         not_read.append(NotRead(str(error.filename), error.strerror or str(error)))
 
-    for root, _, names in os.walk(folder, onerror=unlisted, followlinks=True):
-        for name in names:
-            if _is_data_file(candidate := Path(root) / name):
-                yield candidate
+    walked = {_identity(folder): folder}
+    read: dict[tuple[int, int], Path] = {}
+    for root, subfolders, names in os.walk(folder, onerror=unlisted, followlinks=True):
+        here = Path(root)
+        kept = []
+        for name in sorted(subfolders):
+            try:
+                identity = _identity(here / name)
+            except OSError as exc:
+                unlisted(exc)
+                continue
+            if identity in walked:
+                skipped.append(Skipped(str(here / name), _second_visit(here / name, walked[identity], "folder")))
+            else:
+                walked[identity] = here / name
+                kept.append(name)
+        subfolders[:] = kept  # os.walk descends into what is left here
+        for name in sorted(names):
+            candidate = here / name
+            if _is_data_name(candidate) and _loops(candidate):
+                skipped.append(Skipped(str(candidate), "a symbolic link loop: not read"))
+                continue
+            if not _is_data_file(candidate):
+                continue
+            identity = _identity(candidate)
+            if identity in read:
+                skipped.append(Skipped(str(candidate), _second_visit(candidate, read[identity], "file")))
+                continue
+            read[identity] = candidate
+            yield candidate
+
+
+def _loops(path: Path) -> bool:
+    """Whether following `path`'s links never ends (`a -> b -> a`); pathlib's is_file says False and no more."""
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """Device and inode of what `path` leads to, links followed: one per real folder or file."""
+    status = path.stat()
+    return status.st_dev, status.st_ino
+
+
+def _second_visit(path: Path, first: Path, kind: str) -> str:
+    if kind == "folder" and first in path.parents:
+        return f"a link back to {first}, which holds it: a loop, not followed"
+    return f"the same {kind} as {first}: read once"
 
 
 def _is_data_file(path: Path) -> bool:
+    return path.is_file() and _is_data_name(path)
+
+
+def _is_data_name(path: Path) -> bool:
     return (
-        path.is_file()
-        and path.suffix.lower() in DATA_SUFFIXES
+        path.suffix.lower() in DATA_SUFFIXES
         and path.name.lower() not in SKIPPED_NAMES
         and not any(part.startswith(".") for part in path.parts[-1:])
     )

@@ -3,7 +3,7 @@
 The key lives in the process only: in the SDK client's header. It is never a config field, never
 in the cache key, the store, a log line or an exception message. Every key `api_key` hands out is
 remembered for this process, and `redact` replaces every recognisable form of every one of them:
-the key verbatim, and the masked forms servers quote back (OpenAI's 401 says
+the key verbatim or backwards, and the masked forms servers quote back (OpenAI's 401 says
 `sk-canar****...2ad4`: a prefix, a run of `*`/`.`/`…`, a suffix; or only one of the two ends). It
 runs over every error text that leaves a backend and over every answer (an endpoint behind a
 debugging proxy may echo the Authorization header into its answer): what the store, the logs, the
@@ -14,6 +14,7 @@ one may hold neither (pipeline/config/llm.py): credentials belong in the environ
 
 import os
 import re
+from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
@@ -66,6 +67,15 @@ def remember_secret(secret: str) -> None:
     _known.add(secret)
 
 
+def remember_environment_keys(endpoints: Iterable[EndpointConfig]) -> None:
+    """Remember the key each endpoint reads from the environment before any client is opened, so that `redact`
+    replaces it in what is stored first (a flow run's overrides, flows/stored_parameters.py). A Prefect Secret
+    block's key is left to the client that reads it: reading one means a call to the server."""
+    for endpoint in endpoints:
+        if endpoint.api_key_env and (key := os.environ.get(endpoint.api_key_env)):
+            remember_secret(key)
+
+
 def _visible_prefix(text: str, end: int, secret: str) -> int:
     """Length of the longest prefix of `secret` that ends at `end` in `text` (0 below the minimum).
     Found from where the key's first characters occur just before, not by trying every length."""
@@ -108,7 +118,8 @@ def redact(text: str, secret: str | None = None) -> str:
     for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
         text = text.replace(key, REDACTED)
         if len(key) >= _MIN_KEY:
-            text = _redact_masked(text, key)
+            # Written backwards (an answer asked to disguise the key, issue 29.9): no prose spells a long key so.
+            text = _redact_masked(text.replace(key[::-1], REDACTED), key)
     return text
 
 
