@@ -87,16 +87,16 @@ def _prompts(config, store, plan: Plan):
 
     rl = config.rl
     too_long = 0
-    if rl.max_prompt_tokens is None:
-        chosen = select_targets(target_turns(store, "rl"), rl.max_prompts, rl.seed)
-        queries = load_queries(plan.snapshot_dir, "rl", chosen, rl.max_history_chars)
-    else:  # every target ranked, the long ones left out, then the choice
-        ranked = select_targets(target_turns(store, "rl"), None, rl.seed)
-        queries, too_long = _fitting(config, plan, load_queries(plan.snapshot_dir, "rl", ranked, rl.max_history_chars))
-        queries = queries[: rl.max_prompts] if rl.max_prompts is not None else queries
-        chosen = [(q.trajectory_id, q.turn_index) for q in queries]
+    ranked = select_targets(target_turns(store, "rl"), None, rl.seed)
+    if rl.max_prompt_tokens is None and not rl.verifier_share:
+        ranked = ranked[: rl.max_prompts] if rl.max_prompts is not None else ranked
+    queries = load_queries(plan.snapshot_dir, "rl", ranked, rl.max_history_chars)
+    if rl.max_prompt_tokens is not None:  # the long ones left out before the choice
+        queries, too_long = _fitting(config, plan, queries)
+    code = verifiers(store, [(q.trajectory_id, q.turn_index) for q in queries])
+    queries = choose_with_verifiers(queries, code, rl.max_prompts, rl.verifier_share)
     fmt = _format(config)
-    prompts = build_prompts(queries, verifiers(store, chosen), rl.control_fraction, rl.seed, fmt.thinking)
+    prompts = build_prompts(queries, code, rl.control_fraction, rl.seed, fmt.thinking)
     write_prompts(plan.prompts_path, prompts)
     write_text_atomic(plan.output_dir / SELECTION_FILE,
                       json.dumps({"prompts_too_long": too_long, "answer_format": fmt.name}) + "\n")
@@ -108,6 +108,22 @@ def _prompts(config, store, plan: Plan):
               p.control, p.control_instruction] for p in prompts],
         )
     return prompts
+
+
+def choose_with_verifiers(ranked, code: dict, limit: int | None, share: float):
+    """`limit` queries in rank order, of which at least ceil(share x limit) carry a verifier where that many
+    exist (`rl.verifier_share`): the first verified ones in rank, then the rest in rank; the result stays in
+    rank order, so a run takes the same prompts every time."""
+    import math
+
+    if limit is None or limit >= len(ranked):
+        return list(ranked)
+    wanted = min(math.ceil(share * limit), limit)
+    verified = [q for q in ranked if (q.trajectory_id, q.turn_index) in code][:wanted]
+    taken = {q.query_id for q in verified}
+    rest = [q for q in ranked if q.query_id not in taken][: limit - len(verified)]
+    keep = taken | {q.query_id for q in rest}
+    return [q for q in ranked if q.query_id in keep]
 
 
 def _fitting(config, plan: Plan, queries):

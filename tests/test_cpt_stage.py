@@ -44,7 +44,7 @@ DIRECTORIES = {
     "/etc": "hostname  hosts  os-release",
 }
 WORDS = "deploy build test release fix merge branch commit push pull".split()
-POOL_WEIGHTS = (("cpt", 0.7), ("eval", 0.2), ("sft", 0.1))
+POOL_WEIGHTS = (("cpt", 0.7), ("val", 0.2), ("sft", 0.1))
 
 
 def terminal_turn(rng: random.Random) -> tuple[str, str, str]:
@@ -276,7 +276,7 @@ def test_two_processes_under_torchrun_train_one_model(tmp_path):
         cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
-    assert "non-main training process" in launched.stdout and "held-out observation CE" in launched.stdout
+    assert "non-main training process" in launched.stdout and "validation observation CE" in launched.stdout
     with Store(config.workspace.database_path) as store:
         [row] = store.rows("SELECT path, metrics FROM checkpoints")
         assert store.rows("SELECT stage, status FROM stage_runs") == [{"stage": "cpt", "status": "completed"}]

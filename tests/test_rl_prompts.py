@@ -73,3 +73,26 @@ CONFIG_ERRORS = [
 def test_config_errors(fields, message):
     with pytest.raises(ValueError, match=message):
         RLConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    ("share", "limit", "expected"),
+    [
+        (0.0, 3, ["q0", "q1", "q2"]),  # the plain seeded choice
+        (0.25, 4, ["q0", "q1", "q2", "q5"]),  # one verified prompt at least: the first in rank (q5)
+        (0.5, 4, ["q0", "q1", "q5", "q7"]),  # two: q5 and q7, the rest in rank; the result in rank order
+        (1.0, 4, ["q0", "q1", "q5", "q7"]),  # only two exist: they, and the first others in rank
+        (0.5, None, [f"q{i}" for i in range(8)]),  # no limit: every query
+    ],
+)
+def test_a_share_of_the_prompts_carries_a_verifier_where_verifiers_exist(share, limit, expected):
+    """`rl.verifier_share`: the rule reward fires only on prompts with a verifier, so a small choice is made to
+    hold some; otherwise the seeded rank order decides, and the result keeps it."""
+    from pipeline.sft.queries import Query
+    from pipeline.store.schema import SystemPrompt
+    from stages.rl import choose_with_verifiers
+
+    ranked = [Query(f"q{i}", 0, "terminal", SystemPrompt(task_description="t"), (), "ls", "x", 0) for i in range(8)]
+    code = {("q5", 0): "def verify(p): return True", ("q7", 0): "def verify(p): return True"}
+    chosen = choose_with_verifiers(ranked, code, limit, share)
+    assert [q.trajectory_id for q in chosen] == expected

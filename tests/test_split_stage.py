@@ -94,7 +94,7 @@ def test_every_kept_trajectory_in_exactly_one_pool(config: SimulacraConfig, stor
     # Placement is the documented formula: the md5 position of the group key against the cumulative
     # ratios; a trajectory with no task or metadata is a group of its own.
     r = config.split.ratios
-    bounds = [r.cpt, r.cpt + r.sft, r.cpt + r.sft + r.rl]
+    bounds = [r.cpt, r.cpt + r.sft, r.cpt + r.sft + r.rl, r.cpt + r.sft + r.rl + r.val]
     assert group_keys(store) == {t: f"trajectory_id:{t}" for t in ids}
     for t, pool in placed.items():
         position = split_stage.pool_position(config.split.salt, f"trajectory_id:{t}")
@@ -303,7 +303,7 @@ def test_rows_without_a_group_key_are_replaced(config: SimulacraConfig, store: S
 def task_in(pool: str, config: SimulacraConfig, prefix: str) -> str:
     """A task name whose group the default salt and ratios send to `pool`."""
     r = config.split.ratios
-    bounds = [r.cpt, r.cpt + r.sft, r.cpt + r.sft + r.rl]
+    bounds = [r.cpt, r.cpt + r.sft, r.cpt + r.sft + r.rl, r.cpt + r.sft + r.rl + r.val]
     for i in range(10_000):
         name = f"{prefix} {i}"
         if POOLS[sum(split_stage.pool_position(config.split.salt, f"task:{name}") >= b for b in bounds)] == pool:
@@ -355,7 +355,7 @@ def test_pool_report(config: SimulacraConfig, store: Store) -> None:
         per_trajectory = 4 if row["domain"] == "terminal" else 3
         assert row["turns"] == row["trajectories"] * per_trajectory
         assert row["groups"] == row["trajectories"]  # no task: each trajectory its own group
-        expected = {"cpt": 0, "sft": per_trajectory, "rl": 1, "eval": per_trajectory}[row["pool"]]
+        expected = {"cpt": 0, "sft": per_trajectory, "rl": 1, "val": per_trajectory, "eval": per_trajectory}[row["pool"]]
         assert row["targets"] == row["trajectories"] * expected
 
 
@@ -412,3 +412,24 @@ def test_react_alfworld_thoughts_are_context_never_targets_nor_labels(public_dat
             f"SELECT count(*) FROM targets JOIN turns USING (trajectory_id, turn_index) WHERE {kind} = 'thought'"
         ) == 0
 
+
+
+def test_the_validation_pool_is_carved_from_the_training_side_and_moves_no_eval_trajectory(tmp_path):
+    """Issue 28: the val pool takes its share from the training pools' end of [0, 1); the eval pool is the
+    same last tenth it was with the four-pool ratios (0.55 / 0.2 / 0.15 / 0.1), so no eval number moved."""
+    ids = [f"v{i:03d}" for i in range(300)]
+    placed = {}
+    for name, ratios in (("four", {"cpt": 0.55, "sft": 0.2, "rl": 0.15, "val": 0.0, "eval": 0.1}), ("five", None)):
+        config = configured(tmp_path / name, **({"ratios": ratios} if ratios else {}))
+        with Store(config.workspace.database_path) as store:
+            add_trajectories(store, ids, turns=5)
+            split_stage.run(config, store)
+            placed[name] = pools(store)
+            if ratios is None:
+                targets = store.rows("SELECT pool, count(*) AS n FROM targets GROUP BY pool")
+    evals = {name: {t for t, p in found.items() if p == "eval"} for name, found in placed.items()}
+    assert evals["four"] == evals["five"] and evals["five"]
+    val = {t for t, p in placed["five"].items() if p == "val"}
+    assert val and all(placed["four"][t] in ("cpt", "sft", "rl") for t in val)
+    # Validation targets are chosen as eval's: the first, the last and up to three middle turns.
+    assert {row["pool"]: row["n"] for row in targets}["val"] == len(val) * 5

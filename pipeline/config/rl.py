@@ -127,6 +127,16 @@ class RLConfig(Section):
         "107 s, one on a 400-token game prompt 28 s). Never truncated: a cut system prompt would change the "
         "environment. None: every prompt.",
     )
+    verifier_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="At least this share of the `max_prompts` prompts is taken from the targets that carry a "
+        "verifier (the first of them in the seeded rank order; fewer when fewer exist), the rest in rank order as "
+        "before. The rule reward (the 1 of 9:1) fires only on such prompts: where verifiers are rare among the "
+        "prompts that fit (the demo's verified turns are mostly tool calls, too long for its prompts), a small "
+        "seeded choice can hold none, and the mix would train one reward. 0: the plain seeded choice.",
+    )
     control_fraction: float = Field(
         default=0.25,
         ge=0,
