@@ -1,7 +1,9 @@
-# The two set-up commands of the README: `make demo` and `make test`. Both create the virtual
-# environment on first use. torch is installed first and alone: on these machines pip takes the CPU
-# build from local disk; any other route downloads a multi-GB CUDA build (STACK.md). GPU users set
-# TORCH_SPEC to their CUDA build, e.g. `make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+# The two set-up commands of the README: `make demo` and `make test`; and `make learn`, the learning benchmark
+# (bench/learning.py: base -> cpt -> sft -> rl at several times the demo's budgets, scored on the public
+# trajectories in ../shared/data/public; at most 90 minutes on 2 cores). Each creates the virtual environment on
+# first use. torch is installed first and alone: on these machines pip takes the CPU build from local disk; any
+# other route downloads a multi-GB CUDA build (STACK.md). GPU users set TORCH_SPEC to their CUDA build, e.g.
+# `make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -11,7 +13,7 @@ STAMP := $(VENV)/.simulacra-installed
 TEST_STAMP := $(VENV)/.simulacra-test-installed
 CONFIG ?= data/configs/demo.yaml
 
-.PHONY: demo test docs bench clean-demo
+.PHONY: demo learn test docs bench clean-demo
 
 # pip byte-compiles every file it installs: half the install on 2 cores (157 s with it, 81 s with --no-compile,
 # same packages), mostly for files no stage imports (transformers' hundreds of model folders). Without it each
@@ -40,6 +42,11 @@ demo: $(STAMP)
 	$(BIN)/simulacra --config $(CONFIG) run
 	$(BIN)/simulacra --config $(CONFIG) evaluate
 
+# What each training stage teaches, in its own workspace (bench-workspace/learning): the gains with their intervals,
+# RL's reward curve and issue 28's targets, printed and written to bench-workspace/learning.json.
+learn: $(STAMP)
+	$(BIN)/python bench/learning.py --config $(CONFIG)
+
 # The site first (seconds): --strict fails on a broken link, a missing page or a page left out of the nav.
 test: docs
 	$(BIN)/python -m pytest -q
@@ -59,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gpu_train.py --shape tiny --steps 12 --warmup-steps 2 --micro-batch-rows 4 --compare-padded
 	$(BIN)/python bench/serving.py --requests 64
 	$(BIN)/python bench/cpu_training_step.py
+	$(BIN)/python bench/rl_step.py
 	$(BIN)/python bench/local_decoding.py
 	$(BIN)/python bench/kv_cache.py
 	$(BIN)/python bench/batches_in_flight.py

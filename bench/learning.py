@@ -1,34 +1,68 @@
-"""What each training stage teaches: base -> cpt -> sft -> rl on the demo's pools, every checkpoint scored on the same files.
+"""What each training stage teaches (issue 28, item 5; `make learn`): base -> cpt -> sft -> rl at several times the
+demo's budgets, every model scored on public trajectories none of them was trained on.
 
-    .venv/bin/python bench/learning.py --data FILE... [--workspace bench-workspace/learning]
+    .venv/bin/python bench/learning.py [--data FILE...] [--workspace bench-workspace/learning]
         [--config data/configs/demo.yaml] [--set KEY=VALUE ...]
 
 Runs the pipeline's own commands (`simulacra ingest`, `filter`, `score`, `split`, `cpt`, `sft`, `rl`, each a
 subprocess, as a user runs them) in a workspace of its own, never the demo's, with training budgets larger
-than the config's, then `simulacra evaluate --data FILE...`: the base model, the newest cpt, sft and rl
-checkpoints and the retrieval baseline, on the given files (simulacra-jsonl or any format ingest reads; their
-target turns as given, pipeline/evaluation/benchmark.py). Every stage is resumable, so a rerun after a kill
-continues where it stopped, and a rerun after a finished one only evaluates again (reused, not recomputed).
+than the config's; then `simulacra evaluate --data FILE...` (the base model, the newest cpt, sft and rl
+checkpoints and the retrieval baseline, on the files' target turns as given: pipeline/evaluation/benchmark.py)
+and `simulacra export` (the checkpoint with the best validation score). Every stage is resumable, so a rerun
+after a kill continues where it stopped, and a rerun after a finished one only evaluates and exports again
+(reused, not recomputed).
 
-Budgets, read from the config and scaled so the bench follows the demo (the demo keeps each stage near a
-minute; these aim at 30-60 minutes in all on 2 cores with SmolLM2-135M-Instruct):
-  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x3.
-A `--set` of one of these fields is taken as given, not scaled (the smoke test's tiny budgets). The sft stage
-checks its generators' `max_tokens` against the p95 of its queries' observations; since the queries that cannot
-fit `sft.max_length` are passed over (the demo's tool calls), that p95 is 36-47 tokens for 24 to 80 queries,
-well inside the demo's cap. (The measured run in the README predates that: its 40 queries held tool calls, whose
-observations took the p95 to 304, so it gave the generators again with `max_tokens: 320`.)
-Benchmark items get the history the checkpoints were trained on (`evaluate.max_history_chars`) unless
-`--set evaluate.benchmark.max_history_chars=...` says otherwise: a whole history would overrun the
-training window (demo: 2048 tokens) and score the truncation, not the stage.
+The eval set: by default the public trajectories beside the repository (`../shared/data/public`: ALFWorld
+from AgentBench and from ReAct, text-game; mini-SWE-agent's run and SWE-agent's demonstrations, swe), at most
+32 target turns a folder (`evaluate.benchmark.max_items_per_path`, a seeded choice, the same at every run):
+39 + 32 + 10 + 32 = 106 targets, 64 text-game and 42 swe, none in a training pool (the demo trains on
+data/demo). Nothing is tuned on them, nor on the eval pool: budgets are chosen on the validation pool, whose
+score every stage reports. Two settings follow the eval set, each unless `--set` gives it: a benchmark item
+gets the history the checkpoints were trained on (`evaluate.benchmark.max_history_chars` =
+`evaluate.max_history_chars`; a whole history would overrun the training window and score the truncation),
+and `evaluate.predictor.max_tokens` is raised to the p95 of the targets' observations in the base model's
+tokenizer, the budget `simulacra evaluate` requires (917 tokens on the default set: SWE-agent's file views).
+A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra evaluate` says how much.
 
-The baselines, measured in the same run: every checkpoint's score is printed as a difference and a ratio
-to the base model's (what training added) and to the retrieval baseline's (what a nearest-neighbour copy
-of the cpt pool already gets). The table is printed at the end and written to `<workspace>.json`.
+Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
+  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x3, rl.max_prompts x3.
+On the demo config: 32 CPT steps of 1,024 tokens; 72 SFT steps of 1,024 tokens on up to 192 queries (the
+direct format: the real observations, nothing generated); 24 GSPO steps on 24 prompts, one
+prompt a step, so each prompt is trained on once instead of three times.
+
+How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32, from unit costs measured before
+(docs/performance.md: 7.3 s an optimizer step of 1,024 tokens; greedy decoding of 8 rows at once 20-60 tokens/s
+in all, the less the longer the prompts; a GSPO step 30-50 s, bench/rl_step.py splits it): ingest to split
+1 min; cpt 32 steps (4 min) with the base's and cpt's validation answers (32 of at most 192 tokens, 1-2 min
+each): 8 min; sft 72 steps (9 min) with its validation answers: 11 min; rl 24 GSPO steps (12-20 min) with its
+reward on its 24 prompts before and after (48 greedy answers) and validation: 16-24 min; evaluate, 4 models x
+106 targets plus the free retrieval baseline: 20-45 min; export under 1 min. In all 56-90 minutes. Evaluation
+is the uncertain part: answers to the 64 text-game targets are tens of tokens, but the 42 swe prompts run to
+1,000-3,000 tokens and an answer may run to the 917-token budget (the base model ran to a 400-token cap on
+one of two swe targets tried). Where a run takes longer than 90 minutes, the text games and mini-SWE-agent
+alone (`--data .../agentbench_alfworld .../react_alfworld .../mini_swe_agent --set
+evaluate.benchmark.max_items_per_path=51`: 100 targets, 10 of them swe, p95 observation 90 tokens) keep
+every answer within the demo's 192 tokens.
+
+What it prints, and writes to `<workspace>.json`:
+- the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
+- each stage's gain over the one it started from on the public targets (cpt vs base, sft vs cpt, rl vs sft):
+  the paired difference of the score with its 95% bootstrap interval, as the report's `comparisons`
+  (pipeline/evaluation/comparison.py), in words (improved, no measurable change, WORSE), and beside it the
+  stage's own change on the validation pool (its run's metrics.json);
+- which checkpoint `simulacra export` shipped and why, and its gain over the base model and over the
+  retrieval baseline on the targets not seen in training (`score_unseen`: on the public files, all of them);
+- RL's reward curve (its run's rewards.png, copied to `<workspace>.rewards.png`) and its reward on its own
+  prompts before and after training;
+- the four targets of issue 28, each met or missed with its numbers: cpt > base, sft >= cpt, rl > sft, and the
+  exported model > the retrieval baseline on unseen targets. A ">" is met only when the paired interval's low
+  end is above 0 (the gain is measurable); a ">=" when its high end is at or above 0 (the targets do not show
+  it worse).
 """
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -40,23 +74,45 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.config import load_config, parse_override  # noqa: E402
 from pipeline.errors import UserFixableError  # noqa: E402
+from pipeline.evaluation.comparison import Comparison, EvaluatedTargets  # noqa: E402
+from pipeline.evaluation.intervals import Interval, change_words, paired_by_key  # noqa: E402
 
 SIMULACRA = [sys.executable, "-m", "pipeline.cli"]
 PREPARATION = ("ingest", "filter", "score", "split")
 TRAINING = ("cpt", "sft", "rl")
+# The public trajectories (their README: real runs of other projects), read where they lie, never copied.
+PUBLIC = REPO.parent / "shared" / "data" / "public"
+PUBLIC_PATHS = ("agentbench_alfworld", "react_alfworld", "mini_swe_agent", "swe_agent/demonstrations")
+# 39 + 32 + 10 + 32 = 106 targets: at least 100 (issue 28), each folder its share, swe 40% of them.
+ITEMS_PER_PATH = 32
 # (section, field, factor): the demo's budgets scaled to a run long enough for each stage to move the scores.
-BUDGETS = (("cpt", "max_steps", 4), ("sft", "max_queries", 3), ("sft", "max_steps", 3), ("rl", "max_steps", 3))
+BUDGETS = (("cpt", "max_steps", 4), ("sft", "max_queries", 3), ("sft", "max_steps", 3), ("rl", "max_steps", 3),
+           ("rl", "max_prompts", 3))
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
 LOWER_IS_BETTER = {"observation_ce"}
 BASE, BASELINE = "base", "baseline"  # the `stage` of the base model's and the retrieval baseline's rows
+EXPORTED = "exported"  # stands for the stage of the checkpoint `simulacra export` shipped
+# Each stage against the one it started from, on every target's score.
+GAINS = (("cpt", BASE), ("sft", "cpt"), ("rl", "sft"))
+# Issue 28's targets: (model, compared with, relation); see the module's docstring for when one is met.
+TARGETS = (("cpt", BASE, ">"), ("sft", "cpt", ">="), ("rl", "sft", ">"), (EXPORTED, BASELINE, ">"))
+
+
+def public_data() -> list[str]:
+    """The default `--data`: the public folders, or a one-line error where they are not beside the repository."""
+    missing = [name for name in PUBLIC_PATHS if not (PUBLIC / name).is_dir()]
+    if missing:
+        raise SystemExit(f"bench/learning.py: no public trajectories at {PUBLIC} (missing {', '.join(missing)}): "
+                         "put the shared data beside the repository, or give --data FILE...")
+    return [str(PUBLIC / name) for name in PUBLIC_PATHS]
 
 
 def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
     """`--set` overrides of the scaled budgets, for the fields the user did not set."""
     config = load_config(config_path)
-    fields_given = {text.split("=", 1)[0].strip() for text in given}
+    fields_given = _fields(given)
     overrides = []
     for section, field, factor in BUDGETS:
         value = getattr(getattr(config, section), field)
@@ -65,14 +121,38 @@ def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
     return overrides
 
 
+def _fields(overrides: list[str]) -> set[str]:
+    return {text.split("=", 1)[0].strip() for text in overrides}
+
+
 def bench_overrides(config_path: Path, workspace: Path, given: list[str]) -> list[str]:
     overrides = [f"workspace.path={workspace}", *scaled_budgets(config_path, given)]
     config = load_config(config_path, [parse_override(text) for text in given])
-    if config.evaluate.benchmark.max_history_chars is None and not any(
-        text.startswith("evaluate.benchmark.max_history_chars=") for text in given
-    ):
+    fields_given = _fields(given)
+    if config.evaluate.benchmark.max_history_chars is None and "evaluate.benchmark.max_history_chars" not in fields_given:
         overrides.append(f"evaluate.benchmark.max_history_chars={config.evaluate.max_history_chars}")
+    if config.evaluate.benchmark.max_items_per_path is None and "evaluate.benchmark.max_items_per_path" not in fields_given:
+        overrides.append(f"evaluate.benchmark.max_items_per_path={ITEMS_PER_PATH}")
     return overrides + given  # the user's last: a field they set is theirs
+
+
+def answer_budget(config_path: Path, overrides: list[str], data: list[str]) -> list[str]:
+    """`evaluate.predictor.max_tokens` raised to the p95 of the benchmark targets' observations in the base
+    model's tokenizer, which `simulacra evaluate` requires (stages/evaluate.py `_check_budget`); nothing when
+    the config's holds it or `--set` gave one. Run after cpt: the base model's folder exists by then."""
+    if "evaluate.predictor.max_tokens" in _fields(overrides):
+        return []
+    from pipeline.evaluation.benchmark import read_benchmark
+    from pipeline.training.budgets import answer_tokens, percentile_95
+    from pipeline.training.models import base_model_ref, load_tokenizer
+
+    config = load_config(config_path, [parse_override(text) for text in overrides])
+    benchmark = config.evaluate.benchmark
+    items = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path,
+                           config.evaluate.seed).items
+    tokenizer = load_tokenizer(base_model_ref(config), config.model.trust_remote_code)
+    needed = percentile_95(answer_tokens(tokenizer, [item.query.reference for item in items]))
+    return [f"evaluate.predictor.max_tokens={needed}"] if needed > config.evaluate.predictor.max_tokens else []
 
 
 def run_stage(config_path: Path, overrides: list[str], command: list[str]) -> float:
@@ -116,6 +196,91 @@ def comparison(overall: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+# -- what the stages taught ------------------------------------------------------------------------
+def paired(evaluated: list[EvaluatedTargets], stage: str, other: str, measure: str, relation: str) -> Comparison | None:
+    """`stage`'s model against `other`'s on `measure`, paired over the targets both scored (None if either is missing)."""
+    by_stage = {targets.stage: targets for targets in evaluated}
+    model, reference = by_stage.get(stage), by_stage.get(other)
+    if model is None or reference is None:
+        return None
+    difference = paired_by_key(model.of(measure, "all"), reference.of(measure, "all"))
+    return Comparison(model.model, reference.model, relation, "all", measure, difference, False)
+
+
+def gains(evaluated: list[EvaluatedTargets], exported: str | None) -> dict[str, Comparison]:
+    """Each stage over the one it started from (the score on every target), and the exported model's stage
+    over the base model and the retrieval baseline on the targets not seen in training; keyed `model vs other`."""
+    wanted = [(f"{stage} vs {other}", stage, other, "score", "started from") for stage, other in GAINS]
+    if exported is not None:
+        wanted += [(f"{EXPORTED} vs {BASE}", exported, BASE, "score_unseen", "base"),
+                   (f"{EXPORTED} vs {BASELINE}", exported, BASELINE, "score_unseen", "retrieval baseline")]
+    found = {}
+    for name, stage, other, measure, relation in wanted:
+        compared = paired(evaluated, stage, other, measure, relation)
+        if compared is not None:
+            found[name] = compared
+    return found
+
+
+def target_met(difference: Interval, relation: str) -> bool:
+    """`>`: the interval's low end above 0; `>=`: its high end at or above 0."""
+    bound = difference.low if relation == ">" else difference.high
+    return bound is not None and (bound > 0 if relation == ">" else bound >= 0)
+
+
+def targets(found: dict[str, Comparison]) -> list[dict[str, Any]]:
+    """Issue 28's targets, each met or missed (or not measured, where a model is missing) with its numbers."""
+    rows = []
+    for stage, other, relation in TARGETS:
+        compared = found.get(f"{stage} vs {other}")
+        name = f"{stage} {relation} {'retrieval baseline' if other == BASELINE else other}"
+        if compared is None:
+            rows.append({"target": name, "verdict": "not measured", "difference": None, "low": None, "high": None})
+            continue
+        verdict = "met" if target_met(compared.difference, relation) else "missed"
+        rows.append({"target": name, "verdict": verdict, "model": compared.model, "compared_with": compared.compared_with,
+                     "measure": compared.measure, "difference": compared.difference.mean, "low": compared.difference.low,
+                     "high": compared.difference.high, "targets": compared.difference.n, "change": compared.change})
+    return rows
+
+
+def run_metrics(checkpoint_path: str | None) -> dict[str, Any]:
+    """The metrics.json of the training run whose model folder is `checkpoint_path` ({} when there is none)."""
+    path = Path(checkpoint_path).parent / "metrics.json" if checkpoint_path else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+
+
+def validation_words(metrics: dict[str, Any]) -> str:
+    from pipeline.training.validation import summary_words
+
+    return summary_words(metrics) or "no validation score"
+
+
+def prompt_reward_words(metrics: dict[str, Any]) -> str:
+    if metrics.get("prompt_reward_after") is None:
+        return "no reward on its prompts"
+    change = Interval(metrics["prompt_reward_change"], metrics["prompt_reward_change_low"],
+                      metrics["prompt_reward_change_high"], metrics["prompt_reward_prompts"])
+    return (f"reward on its {metrics['prompt_reward_prompts']} prompts (greedy, 0-25) {metrics['prompt_reward_before']:.2f} "
+            f"-> {metrics['prompt_reward_after']:.2f}, {change_words(change, digits=2)}")
+
+
+def read_workspace(config_path: Path, overrides: list[str], evaluation_ids: list[str]):
+    """From the bench's store, once every command has finished: the evaluations' per-target values, each
+    checkpoint's folder by id, and the metrics of the newest export."""
+    from pipeline.evaluation.comparison import evaluated_targets
+    from pipeline.store.database import Store
+
+    config = load_config(config_path, [parse_override(text) for text in overrides])
+    with Store(config.workspace.database_path, read_only=True) as store:
+        evaluated = evaluated_targets(store, evaluation_ids)
+        folders = {row["checkpoint_id"]: row["path"] for row in store.rows("SELECT checkpoint_id, path FROM checkpoints")}
+        exported = store.rows("SELECT metrics FROM checkpoints WHERE stage = 'export' ORDER BY created_at DESC LIMIT 1")
+    export = exported[0]["metrics"] if exported else None
+    return evaluated, folders, json.loads(export) if isinstance(export, str) else (export or {})
+
+
+# -- printing ---------------------------------------------------------------------------------------
 def _number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -151,9 +316,28 @@ def print_tables(overall: list[dict[str, Any]], compared: list[dict[str, Any]], 
         )
 
 
+def print_learning(found: dict[str, Comparison], validation: dict[str, str], export: dict[str, Any],
+                   rl: dict[str, Any], met: list[dict[str, Any]]) -> None:
+    print("\nEach stage over the one it started from: the score (0-100) on the public targets, paired, 95% interval; "
+          "beside it, the stage's own validation change")
+    for stage, other in GAINS:
+        compared = found.get(f"{stage} vs {other}")
+        print(f"  {compared.words if compared else f'{stage} vs {other}: not evaluated'}  |  {validation.get(stage, '-')}")
+    if export:
+        print(f"\nExported: {export.get('source_checkpoint')} ({export.get('source_stage')}), {export.get('chosen_by')}")
+        for other in (BASE, BASELINE):
+            compared = found.get(f"{EXPORTED} vs {other}")
+            print(f"  on the targets not seen in training: {compared.words if compared else f'no {other} row to compare with'}")
+    print(f"\nRL: reward curve {rl.get('rewards_png') or '(no rewards.png)'}; {rl['prompt_reward']}")
+    print("\nTargets (issue 28; `>`: the interval's low end above 0, `>=`: its high end at or above 0):")
+    for row in met:
+        print(f"  {row['target']}: {row['verdict']}" + (f", {row['change']}" if row.get("change") else ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", nargs="+", required=True, help="Benchmark files or folders every checkpoint is scored on.")
+    parser.add_argument("--data", nargs="+", help=f"Benchmark files or folders every model is scored on (default: "
+                        f"{', '.join(PUBLIC_PATHS)} under {PUBLIC}).")
     parser.add_argument("--workspace", type=Path, default=Path("bench-workspace/learning"),
                         help="The bench's own workspace (relative to the repository root); never the demo's.")
     parser.add_argument("--config", type=Path, default=Path("data/configs/demo.yaml"), help="The config whose budgets are scaled.")
@@ -162,7 +346,7 @@ def main() -> int:
     args = parser.parse_args()
     config_path = args.config if args.config.is_absolute() else REPO / args.config
     workspace = (args.workspace if args.workspace.is_absolute() else REPO / args.workspace).resolve()
-    data = [str(Path(name).expanduser().resolve()) for name in args.data]
+    data = [str(Path(name).expanduser().resolve()) for name in args.data] if args.data else public_data()
     try:
         overrides = bench_overrides(config_path, workspace, args.overrides)
     except UserFixableError as exc:
@@ -171,14 +355,39 @@ def main() -> int:
     print("overrides: " + " ".join(overrides), flush=True)
 
     seconds = {stage: run_stage(config_path, overrides, [stage]) for stage in (*PREPARATION, *TRAINING)}
+    try:
+        budget = answer_budget(config_path, overrides, data)
+    except UserFixableError as exc:  # a --data path that is not there, say
+        print(f"bench/learning.py: {exc}", file=sys.stderr)
+        return 2
+    if budget:
+        print(f"\nfor the benchmark's p95 observation: {budget[0]}", flush=True)
+    overrides += budget
     started = time.time()
     seconds["evaluate"] = run_stage(config_path, overrides, ["evaluate", *(arg for name in data for arg in ("--data", name))])
     report_path = newest_report(workspace, started)
+    seconds["export"] = run_stage(config_path, overrides, ["export"])
     report = json.loads(report_path.read_text())
+    evaluated, folders, export = read_workspace(config_path, overrides, report["evaluations"])
 
     overall = [row for row in report["table"] if row["domain"] == "all"]
+    by_stage = {row["stage"]: row for row in overall}
+    exported = next((row["stage"] for row in overall if row["checkpoint_id"] == export.get("source_checkpoint")), None)
+    found = gains(evaluated, exported)
+    runs = {stage: run_metrics(folders.get(by_stage[stage]["checkpoint_id"])) for stage in TRAINING if stage in by_stage}
+    validation = {stage: validation_words(metrics) for stage, metrics in runs.items()}
+    rl = runs.get("rl", {})
+    rewards_png = None
+    if rl.get("reward_plot") and Path(rl["reward_plot"]).is_file():
+        rewards_png = workspace.with_suffix(".rewards.png")
+        shutil.copyfile(rl["reward_plot"], rewards_png)
+    rl_summary = {"rewards_png": str(rewards_png) if rewards_png else None, "prompt_reward": prompt_reward_words(rl),
+                  **{key: value for key, value in rl.items() if key.startswith("prompt_reward")}}
+    met = targets(found)
+
     compared = comparison(overall)
     print_tables(overall, compared, report)
+    print_learning(found, validation, export, rl_summary, met)
     print("\nwall seconds: " + ", ".join(f"{stage} {value:.0f}" for stage, value in seconds.items())
           + f"; total {sum(seconds.values()):.0f}")
     result_path = workspace.with_suffix(".json")
@@ -186,9 +395,13 @@ def main() -> int:
         {"config": str(config_path), "overrides": overrides, "data": data, "wall_seconds": seconds,
          "eval_set": report["eval_set"], "judge": report["judge_caption"], "report": str(report_path),
          "overall": [{key: row[key] for key in ("model", "stage", "queries", "checkpoint_id", *METRICS)} for row in overall],
-         "against": compared, "table": report["table"]},
+         "against": compared, "gains": {name: c.row() for name, c in found.items()},
+         "validation": {stage: {key: value for key, value in metrics.items() if key.startswith("val_")}
+                        for stage, metrics in runs.items()},
+         "export": {key: export.get(key) for key in ("source_checkpoint", "source_stage", "chosen_by", "choice")},
+         "rl": rl_summary, "targets": met, "table": report["table"]},
         indent=2, default=str) + "\n")
-    print(f"table: {result_path}; evaluation report: {report_path}")
+    print(f"results: {result_path}; evaluation report: {report_path}")
     return 0
 
 

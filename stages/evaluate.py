@@ -22,9 +22,11 @@ Read top to bottom, `run` does:
    teacher-forced cross-entropy, committed as rows of `eval_predictions`; a rerun after a kill
    computes only the missing rows. Then the per-domain aggregates (`eval_results`);
 4. the table (every model side by side, per domain and overall: sample-weighted and the macro mean
-   over domains, each labelled; the score also without the targets seen in training), the rank
-   correlations between the judge's score and each judge-free metric per domain (over the judged
-   rows: parsed answers with a valid judgement), a PNG, and `report.json`, under
+   over domains, each labelled; the score also without the targets seen in training; every mean with its
+   95% bootstrap interval over targets, and every model compared, paired on the same targets, with the
+   model it started from, with base and with the retrieval baseline: pipeline/evaluation/comparison.py,
+   issue 28), the rank correlations between the judge's score and each judge-free metric per domain
+   (over the judged rows: parsed answers with a valid judgement), a PNG, and `report.json`, under
    `runs/evaluate/<digest of the evaluations>`.
 
 Scoring, one rule for every model (issue 17, item 10). The judge's 1-5 scores map onto
@@ -54,7 +56,6 @@ from pipeline.evaluation.contamination import TRAINING_POOLS, seen_in_training
 from pipeline.evaluation.prompting import (
     NON_THINKING,
     RETRIEVAL,
-    STAGE_FORMATS,
     THINKING,
     answer_prefix,
     extract_observation,
@@ -62,7 +63,7 @@ from pipeline.evaluation.prompting import (
     system_prompt,
 )
 from pipeline.errors import UserFixableError
-from pipeline.evaluation.report import EVAL_POOL, SUMMARY_COLUMNS, judge_caption, judge_name, table_rows
+from pipeline.evaluation.report import EVAL_POOL, TABLE_COLUMNS, judge_caption, judge_name, table_rows, with_interval
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import code_version
 from pipeline.progress import progress_bar
@@ -160,13 +161,19 @@ def _pool_queries(config, store, snapshot_dir: Path) -> list[Query]:
 
 def _benchmark_items(config, data: list[str]) -> tuple[list[BenchmarkItem], dict[str, int], str]:
     """The items of benchmark files, read as given (pipeline/evaluation/benchmark.py): no ingest, no
-    filters, no pools, no re-chosen targets; every item scored (`max_queries` is the eval pool's budget)."""
+    filters, no pools, no re-chosen targets; every item scored unless `benchmark.max_items_per_path` takes a
+    seeded share of each path (`max_queries` is the eval pool's budget)."""
     benchmark = config.evaluate.benchmark
-    read = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars)
+    read = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path,
+                          config.evaluate.seed)
     counts = {"records_read": read.records_read, "records_failed": read.records_failed, "duplicates": read.duplicates,
-              "items": len(read.items), "targets_designated": read.designated, "targets_every_turn": read.every_turn}
+              "items_read": len(read.items) + read.capped, "items": len(read.items),
+              "targets_designated": read.designated, "targets_every_turn": read.every_turn}
+    budget = (f"; {len(read.items)} of {len(read.items) + read.capped} kept, at most {benchmark.max_items_per_path} a "
+              f"path (seed {config.evaluate.seed})" if benchmark.max_items_per_path is not None else "")
     name = (f"{', '.join(data)} ({read.records_read} records, {read.records_failed} failed to parse, {read.duplicates} "
-            f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none)")
+            f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none"
+            f"{budget})")
     if not read.items:
         failures = f" (e.g. {read.failures[0]})" if read.failures else ""
         raise EvaluationInputError(f"no target turns to evaluate in the files {', '.join(data)}: {read.records_read} "
@@ -217,8 +224,11 @@ def _registered(store) -> list[dict[str, Any]]:
 
 
 def _of_registered(row: dict[str, Any]) -> EvaluatedModel:
+    """A registered checkpoint, asked in the answer format it was trained in (its `answer_format.json`)."""
+    from pipeline.prompts.answer_format import model_format
+
     return EvaluatedModel(row["checkpoint_id"], row["stage"], row["stage"], row["path"],
-                          STAGE_FORMATS.get(row["stage"], THINKING), row["fingerprint"])
+                          model_format(row["path"], row["stage"]).name, row["fingerprint"])
 
 
 def default_models(config, store) -> list[EvaluatedModel]:
@@ -249,11 +259,15 @@ def named_models(config, store, paths: list[str], thinking: bool) -> list[Evalua
         elif base is not None and Path(base.path).is_dir() and resolved == str(Path(base.path).resolve()):
             models.append(base)
         elif _is_model_folder(resolved) or config.evaluate.predictor.backend == "openai":
+            from pipeline.prompts.answer_format import FORMAT_FILE, model_format
+
             local = _is_model_folder(resolved)
             identity = model_identity(resolved if local else path)
             label = "/".join(Path(path).parts[-2:]) or path  # `<fingerprint>/model` says more than `model`
-            models.append(EvaluatedModel(f"path-{identity}", label, "external",
-                                         resolved if local else path, THINKING if thinking else NON_THINKING, identity))
+            # A folder that records its answer format is asked in it; otherwise `--thinking` decides.
+            recorded = local and (Path(resolved) / FORMAT_FILE).is_file()
+            fmt = model_format(resolved, None).name if recorded else (THINKING if thinking else NON_THINKING)
+            models.append(EvaluatedModel(f"path-{identity}", label, "external", resolved if local else path, fmt, identity))
         else:
             raise EvaluationInputError(f"--checkpoint {path}: not a model folder (no config.json there)")
     return models
@@ -533,6 +547,14 @@ def correlations(store, evaluation_ids: list[str]) -> list[dict[str, Any]]:
     return result
 
 
+def _error_bar(row: dict[str, Any], metric: str) -> tuple[float, float]:
+    """How far the row's 95% interval reaches below and above its bar (issue 28); nothing where it has none."""
+    value, low, high = row.get(metric), row.get(f"{metric}_low"), row.get(f"{metric}_high")
+    if value is None or low is None or high is None:
+        return 0.0, 0.0
+    return max(0.0, value - low), max(0.0, high - value)
+
+
 def _plot(rows: list[dict[str, Any]], judge: str, path: Path) -> Path:
     import matplotlib
 
@@ -544,11 +566,13 @@ def _plot(rows: list[dict[str, Any]], judge: str, path: Path) -> Path:
     by_key = {(row["model"], row["domain"]): row for row in rows}
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.8 / max(1, len(models))
-    for panel, (metric, title) in zip(axes, (("score", f"judge score, 0-100 ({judge_name(judge)})"),
-                                               ("rouge_l", "ROUGE-L F1 (judge-free)"))):
+    for panel, (metric, title) in zip(axes, (("score", f"judge score, 0-100 ({judge_name(judge)}), 95% intervals"),
+                                               ("rouge_l", "ROUGE-L F1 (judge-free), 95% intervals"))):
         for k, model in enumerate(models):
-            values = [(by_key.get((model, d)) or {}).get(metric) or 0.0 for d in domains]
-            panel.bar([x + k * width for x in range(len(domains))], values, width, label=model)
+            shown = [by_key.get((model, d)) or {} for d in domains]
+            below, above = zip(*(_error_bar(row, metric) for row in shown))
+            panel.bar([x + k * width for x in range(len(domains))], [row.get(metric) or 0.0 for row in shown], width,
+                      yerr=[below, above], capsize=2, label=model)
         panel.set_xticks([x + width * (len(models) - 1) / 2 for x in range(len(domains))], domains)
         panel.set_title(title, fontsize=9)
     axes[0].legend(fontsize=8)
@@ -566,17 +590,40 @@ SCORE_LABELS = {
     "score_macro": "macro: the mean of the domains' scores, every domain weighing alike (on the `all` row)",
     "score_unseen": "sample-weighted, without the targets seen in training",
 }
+INTERVALS_LABEL = ("<measure>_low, <measure>_high: the 95% percentile-bootstrap interval over the targets (2000 resamples, "
+                   "seeded; score_macro resampled within each domain); <measure>_pm: half its width, a stderr-like spread; "
+                   "observation_ce's interval is of the mean per-target CE, its value token-weighted")
+COMPARISONS_LABEL = ("paired on the targets both models scored: difference = model - compared_with, its mean and 95% "
+                     "bootstrap interval; relation: the model it started from (base -> cpt -> sft -> rl), base (for the last "
+                     "trained stage), or the retrieval baseline; verdict improved/WORSE only where the interval excludes "
+                     "zero, observation_ce lower is better")
 
 
-def _score(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _score(row: dict[str, Any], column: str) -> str:
+    """`41.1 [35.2, 47.0]`: the score with its 95% interval over targets (issue 28)."""
+    return with_interval(row, column) or ("-" if row[column] is None else f"{row[column]:.1f}")
 
 
-def _summary(rows: list[dict[str, Any]], eval_set: EvalSet, judge: str, reused: int, total: int) -> str:
-    overall = ", ".join(f"{row['model']} {_score(row['score'])} / {_score(row['score_macro'])}"
+# The comparisons a summary states: each trained model's gain over the model it started from, and the last
+# one's over base (`relation` of pipeline/evaluation/comparison.py's pairs).
+GAINS = ("started from", "base")
+
+
+def _gains(comparisons: list[dict[str, Any]]) -> str:
+    """`sft vs cpt no measurable change +1.0 [-2.1, +4.3], ...`: the overall score's paired differences, in
+    words that never call a difference whose interval crosses zero a change."""
+    return ", ".join(f"{c['model']} vs {c['compared_with']} {c['verdict']} {c['change']}" for c in comparisons
+                     if c["relation"] in GAINS and c["measure"] == "score" and c["domain"] == "all")
+
+
+def _summary(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]], eval_set: EvalSet, judge: str,
+             reused: int, total: int) -> str:
+    overall = ", ".join(f"{row['model']} {_score(row, 'score')} / {_score(row, 'score_macro')}"
                         for row in rows if row["domain"] == "all")
+    gains = _gains(comparisons)
+    gained = f"; score gains, paired on the targets both scored (95% interval): {gains}" if gains else ""
     return (f"{total} models on {eval_set.name}, {judge_name(judge)}; overall score (0-100, sample-weighted / macro "
-            f"over domains): {overall} ({reused} reused, not recomputed)")
+            f"over domains, 95% intervals over targets): {overall}{gained} ({reused} reused, not recomputed)")
 
 
 def _check_budget(config, models: list[EvaluatedModel], eval_set: EvalSet) -> None:
@@ -619,14 +666,16 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
     if scorer.client is not None:
         scorer.client.check_failures()
     rows = table_rows(store, ids)
+    compared = [comparison for row in rows for comparison in row["comparisons"]]  # each row carries its own
     correlated = correlations(store, ids)
     output_dir = config.workspace.runs_dir / STAGE / digest("report", sorted(ids))
     plot = _plot(rows, scorer.name, output_dir / PLOT_FILE)
     (output_dir / REPORT_FILE).write_text(json.dumps(
         {"eval_set": eval_set.name, "eval_set_fingerprint": eval_set.fingerprint, "benchmark": eval_set.counts,
          "judge": scorer.name, "judge_fingerprint": scorer.fingerprint, "judge_caption": judge_caption(scorer.name),
-         "scores": SCORE_LABELS,
-         "evaluations": ids, "table": rows, "correlations": correlated,
+         "scores": SCORE_LABELS, "intervals": INTERVALS_LABEL, "comparisons_are": COMPARISONS_LABEL,
+         "evaluations": ids, "table": [{k: v for k, v in row.items() if k != "comparisons"} for row in rows],
+         "comparisons": compared, "correlations": correlated,
          "correlations_over": "judged rows: answers that parsed in their model's format, with a valid judgement"},
         indent=2, default=str) + "\n")
     metrics = {
@@ -635,12 +684,14 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
         "report": str(output_dir / REPORT_FILE),
         **{f"score.{row['model']}": row["score"] for row in rows if row["domain"] == "all"},
         **{f"score_macro.{row['model']}": row["score_macro"] for row in rows if row["domain"] == "all"},
+        **{f"score_{bound}.{row['model']}": row[f"score_{bound}"] for row in rows if row["domain"] == "all"
+           for bound in ("low", "high")},
         **{f"benchmark.{name}": count for name, count in eval_set.counts.items()},
     }
     return StageResult(
         stage=STAGE, metrics=metrics, output_path=output_dir,
-        summary=_summary(rows, eval_set, scorer.name, reused, len(models)),
-        tables={"evaluate-table": [{c: row[c] for c in SUMMARY_COLUMNS} for row in rows],
-                "evaluate-correlations": correlated},
+        summary=_summary(rows, compared, eval_set, scorer.name, reused, len(models)),
+        tables={"evaluate-table": [{c: row[c] for c in TABLE_COLUMNS} for row in rows],
+                "evaluate-comparisons": compared, "evaluate-correlations": correlated},
         images={"evaluate-scores": plot},
     )

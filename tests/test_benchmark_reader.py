@@ -104,3 +104,45 @@ def test_marker_is_stripped_as_the_benchmark_judge_does(text, marker, expected):
 def test_exact_and_per_line_agreement(prediction, reference, is_exact, agreement):
     assert exact(prediction, reference) is is_exact
     assert line_agreement(prediction, reference) == pytest.approx(agreement)
+
+
+def _paths_of(tmp_path, sizes: dict[str, int]) -> list[str]:
+    """One file per name, its trajectories of one turn each (every turn a target)."""
+    return [_write_jsonl(tmp_path / f"{name}.jsonl", [_trajectory([(f"cat {name}{i}", f"{i}", {})]) for i in range(size)])
+            for name, size in sizes.items()]
+
+
+@pytest.mark.parametrize(
+    ("budget", "kept_per_path"),
+    [
+        (None, {"big": 30, "small": 4}),  # no budget: every item
+        (10, {"big": 10, "small": 4}),  # each path keeps its share; a small one keeps all of its items
+        (40, {"big": 30, "small": 4}),
+    ],
+)
+def test_a_budget_per_path_keeps_a_seeded_share_of_each(tmp_path, budget, kept_per_path):
+    read = read_benchmark(_paths_of(tmp_path, {"big": 30, "small": 4}), "benchmark_target", None, budget, seed=0)
+    kept = {name: sum(item.query.action.startswith(f"cat {name}") for item in read.items) for name in kept_per_path}
+    assert kept == kept_per_path
+    assert read.capped == 34 - len(read.items) and read.every_turn == 34  # counted as read, before the budget
+
+
+def test_the_budgets_choice_is_the_same_at_every_run_and_a_larger_budget_a_superset(tmp_path):
+    paths = _paths_of(tmp_path, {"big": 30})
+
+    def chosen(budget: int, seed: int = 0) -> set[str]:
+        return {item.query.query_id for item in read_benchmark(paths, "benchmark_target", None, budget, seed).items}
+
+    assert chosen(10) == chosen(10)
+    assert chosen(10) < chosen(20)
+    assert chosen(10, seed=1) != chosen(10)  # the seed decides which
+
+
+def test_the_eval_set_says_how_many_items_were_read_and_how_many_kept(tmp_path):
+    from pipeline.config import load_config
+    from stages.evaluate import _benchmark_items
+
+    config = load_config(None, [{"evaluate": {"seed": 3, "benchmark": {"max_items_per_path": 10}}}])
+    items, counts, name = _benchmark_items(config, _paths_of(tmp_path, {"big": 30, "small": 4}))
+    assert (len(items), counts["items"], counts["items_read"]) == (14, 14, 34)
+    assert name.endswith("14 of 34 kept, at most 10 a path (seed 3))")

@@ -125,6 +125,18 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
     correlations = result.tables["evaluate-correlations"]
     # Over the judged rows only: the sft answers did not parse (issue 17, item 12).
     assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 18
+    # Every score with its 95% interval over targets, every model paired with the one it started from (issue 28).
+    assert all(row["score_low"] <= row["score_high"] and row["score_ci"].startswith(f"{row['score']:.1f} [")
+               for row in table if row["score"] is not None)
+    comparisons = result.tables["evaluate-comparisons"]
+    overall_scores = [c for c in comparisons if c["measure"] == "score" and c["domain"] == "all"]
+    assert {(c["model"], c["compared_with"], c["relation"]) for c in overall_scores} == {
+        ("cpt", "base", "started from"), ("sft", "cpt", "started from"), ("sft", "base", "base"),
+        *((model, "retrieval baseline", "retrieval baseline") for model in ("base", "cpt", "sft"))}
+    assert "cpt vs base " in result.summary and "sft vs cpt " in result.summary
+    report = json.loads(Path(result.metrics["report"]).read_text())
+    assert len(report["comparisons"]) == len(comparisons) and "score_low" in report["table"][0]
+    assert "- cpt vs base (started from): score " in markdown
 
 
 def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
@@ -210,13 +222,16 @@ def _reference(request: dict) -> str:
 
 def scripted(request: dict) -> str:
     """The judge (its system prompt has the criteria) scores 5/3/4/4/4, or out of range for a third of
-    the references; anything else is a prediction request: a thinking block, then an observation."""
+    the references; anything else is a prediction request: a thinking block then an observation where the
+    system prompt asks for the thinking format, the observation alone where it asks for the direct one."""
     if "## Criteria" in request["messages"][0]["content"]:
         if _digest(_reference(request)) % 3 == 0:
             return json.dumps({"content_classes": [], "format": 7, "factuality": 1, "consistency": 1, "realism": 1,
                                "quality": 1, "rationale": "out of range"})
         return json.dumps({"content_classes": ["deterministic output"], "format": 5, "factuality": 3, "consistency": 4,
                            "realism": 4, "quality": 4, "rationale": "scripted"})
+    if "<think>" not in request["messages"][0]["content"]:
+        return "total 0\n"
     return "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
 
 

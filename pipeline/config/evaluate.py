@@ -29,6 +29,13 @@ class BenchmarkConfig(Section):
         "the whole history; a number keeps the most recent whole turns within that many characters (each item "
         "reports the turns it left out).",
     )
+    max_items_per_path: int | None = Field(
+        default=None,
+        ge=1,
+        description="Items scored per `--data` path (a file, or a folder's files together): a seeded choice "
+        "(`evaluate.seed`), the same at every run, a larger budget a superset, so every path keeps its share of "
+        "the eval set; None (default): every item. A budget for slow machines and large benchmark files.",
+    )
 
 
 class EvaluateConfig(Section):

@@ -15,6 +15,10 @@ and nothing touches the workspace's store, so evaluating a benchmark is one step
   the most recent whole turns within it); each item reports how many turns it left out.
 - Records that do not parse are counted with their reason (the first few are shown), not quarantined:
   there is no store to quarantine them in. Rows repeating an item already read count as duplicates.
+- A budget, when asked (`max_items_per_path`): each `--data` path (a file, or a folder's files together)
+  keeps at most that many of its items, a seeded choice ranked as SFT's queries are (`choose_targets`), so
+  a rerun keeps the same items and a larger budget a superset; every path keeps its share, so one large
+  file does not crowd out the others' domains. The items left out are counted (`capped`).
 """
 
 from collections.abc import Iterator, Sequence
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
-from pipeline.sft.queries import Query, kept_history
+from pipeline.sft.queries import Query, choose_targets, kept_history
 from pipeline.store.schema import THOUGHT, RecordError, Trajectory
 from pipeline.store.schema import ScoredTurn
 
@@ -42,8 +46,9 @@ class BenchmarkRead:
     records_read: int = 0
     records_failed: int = 0
     duplicates: int = 0
-    designated: int = 0  # targets designated by the data
-    every_turn: int = 0  # targets of trajectories that designate none
+    designated: int = 0  # targets designated by the data (read, before the budget)
+    every_turn: int = 0  # targets of trajectories that designate none (read, before the budget)
+    capped: int = 0  # items read but left out by `max_items_per_path`
     failures: list[str] = field(default_factory=list)  # "location: reason", the first few
 
     def fail(self, location: str, reason: str) -> None:
@@ -100,33 +105,49 @@ def target_positions(trajectory: Trajectory, target_field: str) -> tuple[list[in
     return [i for i, turn in enumerate(trajectory.turns) if turn.metadata.get("kind") != THOUGHT], False
 
 
-def read_benchmark(paths: Sequence[str], target_field: str, max_history_chars: int | None) -> BenchmarkRead:
+def _items(path: Path, target_field: str, max_history_chars: int | None, read: BenchmarkRead,
+           seen: set[str]) -> Iterator[BenchmarkItem]:
+    """One file's items, each target turn with its history; an item already read is counted, not repeated."""
+    for trajectory in _trajectories(path, read):
+        try:
+            trajectory_id = trajectory.content_id()
+        except RecordError as exc:
+            read.fail(trajectory.location, str(exc))
+            continue
+        turns = [ScoredTurn(i, t.action, t.observation, "", 1.0) for i, t in enumerate(trajectory.turns)]
+        positions, designated = target_positions(trajectory, target_field)
+        system_prompt = trajectory.metadata.get("system_prompt")
+        marker = trajectory.metadata.get("response_marker")
+        for position in positions:
+            earlier = turns[:position]
+            history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
+            query = Query(trajectory_id, position, trajectory.domain, trajectory.system, history,
+                          turns[position].action, turns[position].observation, left_out)
+            if query.query_id in seen:
+                read.duplicates += 1
+                continue
+            seen.add(query.query_id)
+            read.designated += designated
+            read.every_turn += not designated
+            yield BenchmarkItem(query, system_prompt if isinstance(system_prompt, str) else None,
+                                marker if isinstance(marker, str) else None)
+
+
+def chosen_items(items: list[BenchmarkItem], limit: int | None, seed: int) -> list[BenchmarkItem]:
+    """The seeded choice of `limit` items (all when None), in reading order."""
+    chosen = set(choose_targets([(item.query.trajectory_id, item.query.turn_index) for item in items], limit, seed))
+    return [item for item in items if (item.query.trajectory_id, item.query.turn_index) in chosen]
+
+
+def read_benchmark(paths: Sequence[str], target_field: str, max_history_chars: int | None,
+                   max_items_per_path: int | None = None, seed: int = 0) -> BenchmarkRead:
     read = BenchmarkRead()
     seen: set[str] = set()
-    for path in _files(paths):
-        for trajectory in _trajectories(path, read):
-            try:
-                trajectory_id = trajectory.content_id()
-            except RecordError as exc:
-                read.fail(trajectory.location, str(exc))
-                continue
-            turns = [ScoredTurn(i, t.action, t.observation, "", 1.0) for i, t in enumerate(trajectory.turns)]
-            positions, designated = target_positions(trajectory, target_field)
-            system_prompt = trajectory.metadata.get("system_prompt")
-            marker = trajectory.metadata.get("response_marker")
-            for position in positions:
-                earlier = turns[:position]
-                history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
-                query = Query(trajectory_id, position, trajectory.domain, trajectory.system, history,
-                              turns[position].action, turns[position].observation, left_out)
-                if query.query_id in seen:
-                    read.duplicates += 1
-                    continue
-                seen.add(query.query_id)
-                read.designated += designated
-                read.every_turn += not designated
-                read.items.append(BenchmarkItem(query, system_prompt if isinstance(system_prompt, str) else None,
-                                                marker if isinstance(marker, str) else None))
+    for name in paths:
+        items = [item for path in _files([name]) for item in _items(path, target_field, max_history_chars, read, seen)]
+        kept = chosen_items(items, max_items_per_path, seed)
+        read.items += kept
+        read.capped += len(items) - len(kept)
     return read
 
 
