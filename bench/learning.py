@@ -13,10 +13,12 @@ after a kill continues where it stopped, and a rerun after a finished one only e
 (reused, not recomputed).
 
 The eval set: by default the public trajectories beside the repository (`../shared/data/public`: ALFWorld
-from AgentBench and from ReAct, text-game; mini-SWE-agent's run and SWE-agent's demonstrations, swe), at most
-32 target turns a folder (`evaluate.benchmark.max_items_per_path`, a seeded choice, the same at every run):
-39 + 32 + 10 + 32 = 106 targets, 64 text-game and 42 swe, none in a training pool (the demo trains on
-data/demo). Nothing is tuned on them, nor on the eval pool: budgets are chosen on the validation pool, whose
+from AgentBench and from ReAct, text-game; mini-SWE-agent's run, swe), at most 51 target turns a folder
+(`evaluate.benchmark.max_items_per_path`, a seeded choice, the same at every run): 39 + 51 + 10 = 100
+targets, 90 text-game and 10 swe, none in a training pool (the demo trains on data/demo). SWE-agent's
+demonstrations are left out by default: their prompts run to 1,000-3,000 tokens and their p95 observation to
+917 tokens, and a greedy answer costs about 4.5 s at the demo's 750-token prompts on 2 cores (prefill at about
+260 tokens/s, measured 2026-12-02), so 42 of them would take about 10 minutes per model; `--data` adds them. Nothing is tuned on them, nor on the eval pool: budgets are chosen on the validation pool, whose
 score every stage reports. Two settings follow the eval set, each unless `--set` gives it: a benchmark item
 gets the history the checkpoints were trained on (`evaluate.benchmark.max_history_chars` =
 `evaluate.max_history_chars`; a whole history would overrun the training window and score the truncation),
@@ -25,24 +27,19 @@ tokenizer, the budget `simulacra evaluate` requires (917 tokens on the default s
 A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra evaluate` says how much.
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
-  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x3, rl.max_prompts x3.
-On the demo config: 32 CPT steps of 1,024 tokens; 72 SFT steps of 1,024 tokens on up to 192 queries (the
-direct format: the real observations, nothing generated); 24 GSPO steps on 24 prompts, one
-prompt a step, so each prompt is trained on once instead of three times.
+  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x3, rl.max_prompts x3,
+  validation.max_queries x4 (the stages' before/after and the export's choice on 32 targets, not 8).
+On the demo config: 32 CPT steps of 1,024 tokens; 30 SFT steps of 1,024 tokens on up to 192 queries (the
+direct format: the real observations, nothing generated); 24 GSPO steps on 24 prompts, one prompt a step, so
+each prompt is trained on once; 32 validation targets.
 
-How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32, from unit costs measured before
-(docs/performance.md: 7.3 s an optimizer step of 1,024 tokens; greedy decoding of 8 rows at once 20-60 tokens/s
-in all, the less the longer the prompts; a GSPO step 30-50 s, bench/rl_step.py splits it): ingest to split
-1 min; cpt 32 steps (4 min) with the base's and cpt's validation answers (32 of at most 192 tokens, 1-2 min
-each): 8 min; sft 72 steps (9 min) with its validation answers: 11 min; rl 24 GSPO steps (12-20 min) with its
-reward on its 24 prompts before and after (48 greedy answers) and validation: 16-24 min; evaluate, 4 models x
-106 targets plus the free retrieval baseline: 20-45 min; export under 1 min. In all 56-90 minutes. Evaluation
-is the uncertain part: answers to the 64 text-game targets are tens of tokens, but the 42 swe prompts run to
-1,000-3,000 tokens and an answer may run to the 917-token budget (the base model ran to a 400-token cap on
-one of two swe targets tried). Where a run takes longer than 90 minutes, the text games and mini-SWE-agent
-alone (`--data .../agentbench_alfworld .../react_alfworld .../mini_swe_agent --set
-evaluate.benchmark.max_items_per_path=51`: 100 targets, 10 of them swe, p95 observation 90 tokens) keep
-every answer within the demo's 192 tokens.
+How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
+2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
+750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 6 min and its two
+validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 10-12 min, its reward on
+its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models x 100 targets (text
+games' prompts are shorter than the demo's average) plus the free retrieval baseline: 25-35 min; export under
+1 min. In all 60-75 minutes: not yet measured end to end.
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
@@ -82,12 +79,13 @@ PREPARATION = ("ingest", "filter", "score", "split")
 TRAINING = ("cpt", "sft", "rl")
 # The public trajectories (their README: real runs of other projects), read where they lie, never copied.
 PUBLIC = REPO.parent / "shared" / "data" / "public"
-PUBLIC_PATHS = ("agentbench_alfworld", "react_alfworld", "mini_swe_agent", "swe_agent/demonstrations")
-# 39 + 32 + 10 + 32 = 106 targets: at least 100 (issue 28), each folder its share, swe 40% of them.
-ITEMS_PER_PATH = 32
+PUBLIC_PATHS = ("agentbench_alfworld", "react_alfworld", "mini_swe_agent")
+# 39 + 51 + 10 = 100 targets: at least 100 (issue 28), each folder its share (the module docstring says why
+# SWE-agent's demonstrations are not among them by default).
+ITEMS_PER_PATH = 51
 # (section, field, factor): the demo's budgets scaled to a run long enough for each stage to move the scores.
 BUDGETS = (("cpt", "max_steps", 4), ("sft", "max_queries", 3), ("sft", "max_steps", 3), ("rl", "max_steps", 3),
-           ("rl", "max_prompts", 3))
+           ("rl", "max_prompts", 3), ("validation", "max_queries", 4))
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
