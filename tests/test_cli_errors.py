@@ -31,11 +31,11 @@ def forget_migration(workspace: Path) -> None:
 CASES = [
     ("cpt on an empty workspace", [], ["cpt"], "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first"),
     ("cpt before scoring", [["ingest", TERMINAL], ["filter"], ["split"]], ["cpt"],
-     "cpt: 452 turn(s) of pool 'cpt' have no row in turn_scores (e.g. trajectory 00e7f8b5d3073192355eb865de8ca1c4 "
+     "cpt: 385 turn(s) of pool 'cpt' have no row in turn_scores (e.g. trajectory 00e7f8b5d3073192355eb865de8ca1c4 "
      "turn 0): run `simulacra score` first"),
     ("cpt after the keep ratios changed", [["ingest", TERMINAL], ["filter"], ["score"], ["split"]],
      ["--set", "score.keep_ratios.echo=0.9", "cpt"],
-     "cpt: 452 turn(s) of pool 'cpt' were scored under another `score` config or scorer version"),
+     "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version"),
     ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
     ("split before filter", [["ingest", TERMINAL]], ["split"],
      "split: no trajectory has been filtered yet: run `simulacra filter` first"),

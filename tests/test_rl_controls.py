@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from pipeline.prompts.answer_format import RL_DIRECT, RL_THINKING
 from pipeline.rl.controls import KINDS, heldout_control, obeys
 from pipeline.rl.heldout import heldout_control_following
 from pipeline.sft.queries import Query
@@ -71,8 +72,11 @@ def test_heldout_instruction_following_rate(tmp_path):
     ]
     (tmp_path / "heldout_after_control_predictions.json").write_text(
         json.dumps([{"query_id": q.query_id, "text": t, "error": None} for q, t in zip(queries, texts)]))
-    measured = heldout_control_following(queries, tmp_path, "after_control")
+    measured = heldout_control_following(queries, tmp_path, "after_control", RL_THINKING)
     assert measured == {"queries": 5, "following_rate": 0.4, "by_kind": {
         "incomplete_intermediate_result": 0.0, "intermittent_api_error": 1.0, "paginated_response": 0.0,
         "partial_batch_failure": 0.0}}
-    assert heldout_control_following([], tmp_path, "none")["following_rate"] is None
+    assert heldout_control_following([], tmp_path, "none", RL_THINKING)["following_rate"] is None
+    # Read in the direct format, the same answers: a thinking block is not the observation asked for.
+    direct = heldout_control_following(queries, tmp_path, "after_control", RL_DIRECT)
+    assert direct["by_kind"]["intermittent_api_error"] == 0.0
