@@ -11,8 +11,6 @@ from pathlib import Path
 from pipeline.prompts.answer_format import FORMAT_FILE, model_format
 from pipeline.serving.prompt_formats import PROMPT_FORMATS, prompt_format
 
-# The training stages, last first: the export takes the model of the last one that ran.
-TRAINING_STAGES = ("rl", "sft", "cpt")
 
 
 class NothingToExport(RuntimeError):

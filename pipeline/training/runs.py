@@ -144,20 +144,6 @@ def launch_from_command_line(stage: str, run, description: str, argv: list[str] 
     print(result.summary)
 
 
-def heldout_metrics(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A stage's held-out judge score before and after training (`scores` keyed "before" / "after"), as metrics."""
-    return {
-        "heldout_queries": scores["before"]["queries"],
-        "heldout_score_before": scores["before"]["mean_score"],
-        "heldout_score_after": scores["after"]["mean_score"],
-        "heldout_usable_before": scores["before"]["usable_predictions"],
-        "heldout_usable_after": scores["after"]["usable_predictions"],
-        # Answers that parsed in the model's format (a thinking block closed, then the observation).
-        **{f"heldout_parse_rate_{name}": (scores[name]["usable_predictions"] / scores[name]["queries"]
-                                          if scores[name]["queries"] else None) for name in ("before", "after")},
-    }
-
-
 def complete_run(store, stage: str, plan: RunPlan, metrics: dict[str, Any], metrics_file: Path) -> None:
     """Register the run's model, then write its metrics: written last, atomically, their presence marks
     the run complete, so a rerun returns instead of retraining (a run found complete registers again).
