@@ -194,6 +194,77 @@ def test_rows_with_one_prompt_share_its_prefill(tiny):
     assert len({tuple(tokens) for tokens in shared[:2]}) == 2  # two choices of one prompt: two samples
 
 
+def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
+    """Prompts of one environment share its system prompt, targets of one trajectory its history too: each
+    common beginning runs once (a family within a family), and every row's greedy answer and first logits
+    are those it gets when its whole prompt is prefilled alone."""
+    import threading
+
+    import torch
+
+    from pipeline.llm.batching import Row, Sampling, Scheduler
+    from pipeline.training.models import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny))
+    model = load_causal_lm(str(tiny)).eval()
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    system = encode("You simulate a Linux terminal of a web server. " * 6)
+    history = encode("ls -la /var/log\nnginx access.log error.log syslog " * 4)
+    prompts = [system + history + encode("cat error.log"), system + history + encode("tail -n 3 syslog | wc -l"),
+               system + encode("whoami"), encode("a prompt of its own"), system + history]
+    assert len(system) >= 32 and len(history) >= 32
+
+    def decode(asked: list[list[int]], min_shared_prefix):
+        scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=len(asked),
+                              min_shared_prefix=min_shared_prefix)
+        done, ended, first = threading.Event(), [], {}
+
+        def listener(step) -> None:
+            if step.finish_reason is not None:
+                ended.append(step)
+                if len(ended) == len(asked):
+                    done.set()
+
+        rows = [Row(prompt, Sampling(max_tokens=6, temperature=0, ignore_eos=True, logprobs=True, top_logprobs=3),
+                    0, listener) for prompt in asked]
+        scheduler.submit(rows)
+        assert done.wait(60)
+        scheduler.close()
+        for i, row in enumerate(rows):
+            first[i] = torch.tensor([logprob for _, logprob in row.logprobs[0].top])
+        return [row.generated for row in rows], first, scheduler.prefilled_tokens
+
+    shared, shared_first, prefilled = decode(prompts, 32)
+    # The system prompt once, then the history once but for its last token (the prompt that ends with the
+    # history keeps it as its own), then what each prompt has of its own.
+    own = [len(prompts[0]) - len(system) - len(history) + 1, len(prompts[1]) - len(system) - len(history) + 1,
+           len(prompts[2]) - len(system), len(prompts[3]), 1]
+    assert prefilled == len(system) + len(history) - 1 + sum(own)
+    assert prefilled < sum(map(len, prompts))
+    for i, prompt in enumerate(prompts):
+        tokens, first, alone = decode([prompt], None)
+        assert alone == len(prompt)
+        assert tokens[0] == shared[i]
+        assert torch.allclose(first[0], shared_first[i], atol=1e-4)
+
+
+@pytest.mark.parametrize(("prompts", "done", "least", "families"), [
+    ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 3, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(9, 9)]]),
+    ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 4, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(9, 9)]]),
+    ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 1, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(1, 2, 4)]]),
+    ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 2, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(1, 2, 4)]]),
+    ([(1, 2), (1, 2, 3), (2, 9)], 0, 1, [[(1, 2), (1, 2, 3)], [(2, 9)]]),
+    ([(1, 2), (1, 2, 3)], 0, 2, [[(1, 2)], [(1, 2, 3)]]),  # (1, 2) keeps a token of its own: 1 to share
+])
+def test_prompt_families_share_at_least_the_minimum_beyond_what_is_shared(prompts, done, least, families):
+    from pipeline.llm.batching import common_prefix_length, prefix_families
+
+    assert prefix_families(prompts, done, least) == families
+    assert prefix_families(prompts, done, None) == [[prompt] for prompt in sorted(prompts)]
+    assert common_prefix_length([(1, 2, 3, 4), (1, 2, 3, 5), (1, 2, 7)]) == 2
+    assert common_prefix_length([(1, 2, 3), (1, 2, 3, 4)]) == 2
+
+
 def test_a_cancelled_request_leaves_the_batch_and_the_connection_closes(tiny):
     """ctrl-C (the client's task cancelled) while rows decode: they are cancelled in the scheduler, so
     closing the connection does not wait for answers nobody will read."""

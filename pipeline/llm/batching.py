@@ -98,12 +98,19 @@ class Row:
         self.cancelled = True
 
 
+# The fewest tokens prompts must have in common beyond what is already shared for their common part to run
+# once: below it, a separate one-row pass costs more in overhead than it saves.
+MIN_SHARED_PREFIX = 32
+
+
 class Scheduler:
-    def __init__(self, model, tokenizer, stop_token_ids: list[int], max_batch: int):
+    def __init__(self, model, tokenizer, stop_token_ids: list[int], max_batch: int,
+                 min_shared_prefix: int | None = MIN_SHARED_PREFIX):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = set(stop_token_ids)
         self.max_batch = max_batch
+        self.min_shared_prefix = min_shared_prefix  # None: every prompt prefilled whole (bench/prefix_sharing.py's baseline)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._waiting: deque[Row] = deque()
         self._wake = threading.Condition()
@@ -174,40 +181,73 @@ class Scheduler:
         return row.cancelled
 
     def _prefill(self, rows: list[Row]) -> "_Batch":
-        """The admitted rows' prompts through the model, in groups of similar length (`length_groups`),
-        joined into one batch."""
+        """The admitted rows' prompts through the model, joined into one batch. Prompts that begin alike
+        (`prefix_families`: the system prompt of one environment, the history of one trajectory) run their
+        common beginning once; the rest of each runs in groups of similar length (`length_groups`)."""
         by_prompt: dict[tuple[int, ...], list[Row]] = {}
         for row in rows:
             by_prompt.setdefault(tuple(row.prompt), []).append(row)
-        unique = list(by_prompt)
         batch = None
-        for group in length_groups([len(prompt) for prompt in unique]):
-            part = self._prefill_together([row for i in group for row in by_prompt[unique[i]]])
+        for part in self._prefill_after(list(by_prompt), by_prompt, None, 0):
             batch = part if batch is None else batch.join(part)
         return batch
 
-    def _prefill_together(self, rows: list[Row]) -> "_Batch":
-        """The rows' prompts through the model at once, left-padded to the longest. Rows with the same
-        prompt (the choices of one request, or the K samples of one SFT query) share one prefill: the
-        prompt runs once and its cache and next-token logits are copied to each of them."""
+    def _prefill_after(self, prompts: list[tuple[int, ...]], by_prompt: dict[tuple[int, ...], list[Row]], cache,
+                       done: int) -> list["_Batch"]:
+        """Rows whose prompts all begin with the same `done` tokens, whose keys and values `cache` holds (one
+        row; None when `done` is 0): each family among them that shares more runs its common part once, on a
+        copy of `cache`, and recurses; the rest run their remaining tokens together after `cache`."""
+        parts, alone = [], []
+        for family in prefix_families(prompts, done, self.min_shared_prefix):
+            if len(family) == 1:
+                alone += family
+                continue
+            shared = common_prefix_length(family)
+            extended = self._extend(cache, family[0][done:shared], done)
+            parts += self._prefill_after(family, by_prompt, extended, shared)
+        for group in length_groups([len(prompt) - done for prompt in alone]):
+            parts.append(self._prefill_together([row for i in group for row in by_prompt[alone[i]]], cache, done))
+        return parts
+
+    def _extend(self, cache, tokens: tuple[int, ...], done: int):
+        """A new one-row cache: `cache`'s `done` tokens (copied) and then `tokens`."""
         import torch
 
-        from pipeline.llm.kv_cache import ReservedCache
+        device = self.model.device
+        extended = _copied(cache, 1)
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        mask = torch.ones((1, done + len(tokens)), dtype=torch.long, device=device)
+        positions = torch.arange(done, done + len(tokens), device=device).unsqueeze(0)
+        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{self._cache_keyword: extended}, **self._last_logits_only)
+        self.prefilled_tokens += len(tokens)
+        return extended
+
+    def _prefill_together(self, rows: list[Row], cache=None, done: int = 0) -> "_Batch":
+        """The rows' prompts through the model at once, after the `done` tokens they share in `cache` (one
+        row, copied to each), each left-padded to the longest: padding sits between the shared part and a
+        row's own, masked, and positions count a row's own tokens only. Rows with the same prompt (the
+        choices of one request, or the K samples of one SFT query) share one prefill: the prompt runs once
+        and its cache and next-token logits are copied to each of them."""
+        import torch
 
         device = self.model.device
         prompts: dict[tuple[int, ...], int] = {}
         of_row = [prompts.setdefault(tuple(row.prompt), len(prompts)) for row in rows]
-        unique = list(prompts)
+        unique = [prompt[done:] for prompt in prompts]
         width = max(map(len, unique))
         ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long, device=device)
-        mask = torch.zeros((len(unique), width), dtype=torch.long, device=device)
+        own = torch.zeros((len(unique), width), dtype=torch.long, device=device)
         for i, prompt in enumerate(unique):
             ids[i, width - len(prompt) :] = torch.tensor(prompt, device=device)
-            mask[i, width - len(prompt) :] = 1
+            own[i, width - len(prompt) :] = 1
         for row in rows:
             row.generator = torch.Generator(device=device).manual_seed(row_seed(row.sampling.seed, row.choice))
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = ReservedCache()  # no copy of the whole cache per token (pipeline/llm/kv_cache.py)
+        positions = (done + own.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((len(unique), done), dtype=torch.long, device=device), own], dim=1)
+        # A copy per row: each grows its own answer from here (no copy of the whole cache per token either,
+        # pipeline/llm/kv_cache.py).
+        cache = _copied(cache, len(unique))
         # Only the last position's logits: the head over a whole prompt is a fifth of a small model's
         # prefill and a [rows, prompt, vocab] tensor.
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -330,6 +370,52 @@ def length_groups(lengths: list[int]) -> list[list[int]]:
             groups.append([i])
             tokens = lengths[i]
     return groups
+
+
+def prefix_families(prompts: list[tuple[int, ...]], done: int, min_shared: int | None) -> list[list[tuple[int, ...]]]:
+    """`prompts` (distinct, all beginning with the same `done` tokens) in families whose members have at least
+    `min_shared` more tokens in common, with a token of each left over; a prompt that shares too little with
+    every other is a family of one. In sorted order, a set's common beginning is the shortest between
+    neighbours, so one pass over the sorted prompts finds the families."""
+    ordered = sorted(prompts)
+    if min_shared is None:
+        return [[prompt] for prompt in ordered]
+    families: list[list[tuple[int, ...]]] = []
+    shortest = 0
+    for prompt in ordered:
+        family = families[-1] if families else None
+        if family is not None and min(_begin_alike(family[0], prompt), min(shortest, len(prompt)) - 1) >= done + min_shared:
+            family.append(prompt)
+            shortest = min(shortest, len(prompt))
+        else:
+            families.append([prompt])
+            shortest = len(prompt)
+    return families
+
+
+def common_prefix_length(prompts: list[tuple[int, ...]]) -> int:
+    """Tokens every prompt begins with, leaving each at least one of its own (its last position's logits
+    come from running it). The sorted extremes begin alike no further than any pair does."""
+    return min(_begin_alike(min(prompts), max(prompts)), min(map(len, prompts)) - 1)
+
+
+def _begin_alike(first: tuple[int, ...], second: tuple[int, ...]) -> int:
+    length = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def _copied(cache, rows: int):
+    """A new cache holding `cache`'s one row `rows` times (an empty one for None)."""
+    from pipeline.llm.kv_cache import ReservedCache
+
+    copy = ReservedCache()
+    for layer_index, layer in enumerate(cache.layers if cache is not None else ()):
+        copy.update(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1), layer_index)
+    return copy
 
 
 def _finite(value: float) -> float:
