@@ -82,8 +82,8 @@ def _plan(config, store) -> Plan:
 
 # -- 2. prompts -----------------------------------------------------------------------------------
 def _prompts(config, store, plan: Plan):
-    from pipeline.rl.prompts import build_prompts, select_targets, verifiers, write_prompts
-    from pipeline.sft.queries import load_queries
+    from pipeline.rl.prompts import build_prompts, select_targets, verified_turns, verifiers, write_prompts
+    from pipeline.sft.queries import choose_targets, load_queries
 
     rl = config.rl
     too_long = 0
@@ -94,7 +94,16 @@ def _prompts(config, store, plan: Plan):
     if rl.max_prompt_tokens is not None:  # the long ones left out before the choice
         queries, too_long = _fitting(config, plan, queries)
     code = verifiers(store, [(q.trajectory_id, q.turn_index) for q in queries])
-    queries = choose_with_verifiers(queries, code, rl.max_prompts, rl.verifier_share)
+    alternates: list = []
+    if rl.verifier_share and rl.max_prompts is not None:
+        # A trajectory's one target is a seeded turn, rarely the one its verifier checks (the demo's terminal
+        # verifiers check a final count): its verified turns stand in for it when a verified prompt is wanted.
+        verified = [turn for turn in verified_turns(store, "rl") if turn not in code]
+        alternates = load_queries(plan.snapshot_dir, "rl", choose_targets(verified, None, rl.seed), rl.max_history_chars)
+        if rl.max_prompt_tokens is not None:
+            alternates, _ = _fitting(config, plan, alternates)
+        code |= verifiers(store, [(q.trajectory_id, q.turn_index) for q in alternates])
+    queries = choose_with_verifiers(queries, code, rl.max_prompts, rl.verifier_share, alternates)
     fmt = _format(config)
     prompts = build_prompts(queries, code, rl.control_fraction, rl.seed, fmt.thinking)
     write_prompts(plan.prompts_path, prompts)
@@ -110,20 +119,28 @@ def _prompts(config, store, plan: Plan):
     return prompts
 
 
-def choose_with_verifiers(ranked, code: dict, limit: int | None, share: float):
+def choose_with_verifiers(ranked, code: dict, limit: int | None, share: float, alternates=()):
     """`limit` queries in rank order, of which at least ceil(share x limit) carry a verifier where that many
-    exist (`rl.verifier_share`): the first verified ones in rank, then the rest in rank; the result stays in
-    rank order, so a run takes the same prompts every time."""
+    exist (`rl.verifier_share`): the first verified ones in rank, then verified `alternates` (other turns of
+    the ranked queries' trajectories, in their own seeded order), each in its trajectory's place (one turn a
+    trajectory, SPEC's echo trap), then the rest in rank; the result stays in rank order (an alternate where
+    its trajectory's target was), so a run takes the same prompts every time."""
     import math
 
     if limit is None or limit >= len(ranked):
         return list(ranked)
     wanted = min(math.ceil(share * limit), limit)
     verified = [q for q in ranked if (q.trajectory_id, q.turn_index) in code][:wanted]
-    taken = {q.query_id for q in verified}
-    rest = [q for q in ranked if q.query_id not in taken][: limit - len(verified)]
-    keep = taken | {q.query_id for q in rest}
-    return [q for q in ranked if q.query_id in keep]
+    place = {q.trajectory_id: i for i, q in enumerate(ranked)}
+    taken = {q.trajectory_id for q in verified}
+    for alternate in alternates:
+        if len(verified) == wanted:
+            break
+        if alternate.trajectory_id in place and alternate.trajectory_id not in taken:
+            verified.append(alternate)
+            taken.add(alternate.trajectory_id)
+    rest = [q for q in ranked if q.trajectory_id not in taken][: limit - len(verified)]
+    return sorted(verified + rest, key=lambda q: place[q.trajectory_id])
 
 
 def _fitting(config, plan: Plan, queries):

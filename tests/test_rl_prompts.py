@@ -96,3 +96,24 @@ def test_a_share_of_the_prompts_carries_a_verifier_where_verifiers_exist(share, 
     code = {("q5", 0): "def verify(p): return True", ("q7", 0): "def verify(p): return True"}
     chosen = choose_with_verifiers(ranked, code, limit, share)
     assert [q.trajectory_id for q in chosen] == expected
+
+
+def test_verified_turns_stand_in_for_their_trajectory_targets_when_too_few_targets_carry_one():
+    """A trajectory's one RL target is a seeded turn, rarely the one its verifier checks: another turn of a
+    ranked trajectory that carries a verifier takes that trajectory's place, so the wanted share holds
+    verified prompts and no trajectory gives two (SPEC's echo trap)."""
+    from pipeline.sft.queries import Query
+    from pipeline.store.schema import SystemPrompt
+    from stages.rl import choose_with_verifiers
+
+    def query(trajectory: str, turn: int) -> Query:
+        return Query(trajectory, turn, "terminal", SystemPrompt(task_description="t"), (), "ls", "x", 0)
+
+    ranked = [query(f"q{i}", 0) for i in range(6)]
+    code = {("q4", 3): "def verify(p): return True", ("q1", 2): "def verify(p): return True",
+            ("zz", 1): "def verify(p): return True"}
+    alternates = [query("q4", 3), query("zz", 1), query("q1", 2)]  # zz is not a ranked trajectory
+    chosen = choose_with_verifiers(ranked, code, 3, 0.5, alternates)
+    assert [(q.trajectory_id, q.turn_index) for q in chosen] == [("q0", 0), ("q1", 2), ("q4", 3)]
+    chosen = choose_with_verifiers(ranked, code, 3, 0.0, alternates)
+    assert [(q.trajectory_id, q.turn_index) for q in chosen] == [("q0", 0), ("q1", 0), ("q2", 0)]

@@ -76,6 +76,17 @@ def verifiers(store, targets: Sequence[tuple[str, int]]) -> dict[tuple[str, int]
     return found
 
 
+def verified_turns(store, pool: str) -> list[tuple[str, int]]:
+    """(trajectory, turn) of every kept turn of the pool's trajectories whose metadata carries a verifier."""
+    rows = store.execute(
+        "SELECT u.trajectory_id, u.turn_index, u.metadata FROM kept_turns u JOIN splits s USING (trajectory_id) "
+        "WHERE s.pool = ? AND u.metadata IS NOT NULL ORDER BY 1, 2",
+        [pool],
+    ).fetchall()
+    return [(trajectory_id, turn_index) for trajectory_id, turn_index, metadata in rows
+            if verifier_of(json.loads(metadata) if isinstance(metadata, str) else metadata) is not None]
+
+
 def build_prompts(queries: Sequence[Query], verifier_code: dict[tuple[str, int], str], control_fraction: float,
                   seed: int, thinking: bool = True) -> list[RLPrompt]:
     """The prompts in RL's template, asking for the thinking or the direct format (`answers.thinking`)."""
