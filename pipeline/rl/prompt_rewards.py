@@ -35,13 +35,15 @@ def measure_prompt_rewards(prompts: Sequence[RLPrompt], model_ref: str, max_toke
     from pipeline.config.llm import EndpointConfig
     from pipeline.llm.client import ChatRequest, open_client
     from pipeline.store.database import Store
+    from pipeline.training.validation import pass_rows
 
     path = _path(output_dir, name)
     if path.is_file():
         return json.loads(path.read_text())
     if not prompts:
         return []
-    endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=max_tokens)
+    endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=max_tokens,
+                              batch_size=pass_rows(len(prompts)))
     with Store(output_dir / CACHE) as scratch:
         client = open_client(endpoint, scratch, f"rl.prompt_rewards.{name}")
         answers = client.complete_sync([ChatRequest(tuple(prompt.messages)) for prompt in prompts])

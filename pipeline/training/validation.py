@@ -83,6 +83,16 @@ def _path(output_dir: Path, name: str) -> Path:
     return output_dir / f"validation_{name}.json"
 
 
+# Rows a pass decodes together: every target at once up to this many, so targets of one environment prefill
+# its system prompt once (pipeline/llm/batching.py `prefix_families`) and a decoding step, which reads every
+# weight whatever its rows, serves them all.
+PASS_ROWS = 32
+
+
+def pass_rows(requests: int) -> int:
+    return max(1, min(PASS_ROWS, requests))
+
+
 def predict(config, queries: Sequence[Query], model_ref: str, fmt: AnswerFormat, output_dir: Path, name: str) -> None:
     """The greedy answers of `model_ref` in `fmt`, written once to the run's folder as `validation_<name>.json`
     (a resumed run does not ask again), and kept by model, format and targets for the next stage."""
@@ -98,7 +108,7 @@ def predict(config, queries: Sequence[Query], model_ref: str, fmt: AnswerFormat,
         answers = json.loads(shared.read_text())
     else:
         endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0,
-                                  max_tokens=config.validation.max_tokens)
+                                  max_tokens=config.validation.max_tokens, batch_size=pass_rows(len(queries)))
         requests = [ChatRequest(chat_messages(q, fmt.system_prompt(q.domain, q.system))) for q in queries]
         with Store(output_dir / SCRATCH_CACHE) as scratch:
             client = open_client(endpoint, scratch, f"validation.{name}")
