@@ -22,15 +22,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config.model import TinyModelConfig  # noqa: E402
-from pipeline.formats import detect  # noqa: E402
-from pipeline.formats.base import Document, iter_documents  # noqa: E402
-from pipeline.prompts.cpt import render_cpt_system_prompt  # noqa: E402
-from pipeline.store.schema import RecordError, Trajectory  # noqa: E402
-from pipeline.store.schema import ScoredTurn  # noqa: E402
-from pipeline.training.sequences import IGNORE_INDEX, PadCollator, SequenceBuilder, TokenSequence  # noqa: E402
-from pipeline.formats.sources import expand  # noqa: E402
-from pipeline.training.tiny_model import build_tiny_model  # noqa: E402
+from pipeline.config.model import TinyModelConfig
+from pipeline.formats import detect
+from pipeline.formats.base import Document, iter_documents
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.store.schema import RecordError, Trajectory
+from pipeline.store.schema import ScoredTurn
+from pipeline.training.sequences import IGNORE_INDEX, PadCollator, SequenceBuilder, TokenSequence
+from pipeline.formats.sources import expand
+from pipeline.training.tiny_model import build_tiny_model
 
 
 def read_trajectories(corpus: str, min_turns: int) -> list[Trajectory]:

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.base_model import add_model_argument, model_folder  # noqa: E402
-from bench.local_decoding import demo_requests  # noqa: E402
+from bench.base_model import add_model_argument, model_folder
+from bench.local_decoding import demo_requests
 
 
 def timed_decoding(model, ids, steps: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.base_model import add_model_argument, model_folder  # noqa: E402
+from bench.base_model import add_model_argument, model_folder
 
 
 def _decode(model, cache, rows: int, prompt: int, steps: int) -> tuple[float, list[int]]:

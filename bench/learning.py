@@ -69,10 +69,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import load_config, parse_override  # noqa: E402
-from pipeline.errors import UserFixableError  # noqa: E402
-from pipeline.evaluation.comparison import Comparison, EvaluatedTargets  # noqa: E402
-from pipeline.evaluation.intervals import Interval, change_words, paired_by_key  # noqa: E402
+from pipeline.config import load_config, parse_override
+from pipeline.errors import UserFixableError
+from pipeline.evaluation.comparison import Comparison, EvaluatedTargets
+from pipeline.evaluation.intervals import Interval, change_words, paired_by_key
 
 SIMULACRA = [sys.executable, "-m", "pipeline.cli"]
 PREPARATION = ("ingest", "filter", "score", "split")

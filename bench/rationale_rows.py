@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.base_model import add_model_argument, model_folder  # noqa: E402
+from bench.base_model import add_model_argument, model_folder
 
 
 def rationale_requests(count: int, samples: int):

@@ -27,11 +27,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import openai  # noqa: E402, F401  (imported before the clock: a one-off cost of seconds, not throughput)
+import openai  # noqa: F401 - imported before the clock: a one-off cost of seconds, not throughput
 
-from pipeline.config.llm import EndpointConfig  # noqa: E402
-from pipeline.llm.client import ChatRequest, open_client  # noqa: E402
-from pipeline.store.database import Store  # noqa: E402
+from pipeline.config.llm import EndpointConfig
+from pipeline.llm.client import ChatRequest, open_client
+from pipeline.store.database import Store
 
 
 def cpu_seconds() -> float:

@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config.sandbox import SandboxConfig  # noqa: E402
-from pipeline.rewards.rule import rule_rewards  # noqa: E402
+from pipeline.config.sandbox import SandboxConfig
+from pipeline.rewards.rule import rule_rewards
 
 DEMO = REPO / "data" / "demo"
 CALL = "\nimport sys\nprint(verify(sys.stdin.read()) is True)\n"

@@ -30,10 +30,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.informativeness import SCORE_COLUMNS, score_turn  # noqa: E402
-from pipeline.store.database import Store  # noqa: E402
-from stages import score as score_stage  # noqa: E402
+from pipeline.config import load_config
+from pipeline.informativeness import SCORE_COLUMNS, score_turn
+from pipeline.store.database import Store
+from stages import score as score_stage
 
 VARIANTS = 20  # turns generated per template; `#` in a template becomes the variant's number
 SYLLABLES = "ka lo mi ne ru sa to vi ze po an el is or um".split()

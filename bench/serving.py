@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
-from openai import OpenAI  # noqa: E402
+import httpx
+from openai import OpenAI
 
 MESSAGES = [{"role": "system", "content": "You simulate a Linux terminal."}, {"role": "user", "content": "cat big.log"}]
 

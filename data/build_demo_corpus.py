@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 # that holds `pipeline`.
 sys.path.insert(0, str(REPO))
 
-from demo_builder.corpus import build  # noqa: E402
+from demo_builder.corpus import build
 
 
 def main() -> None:

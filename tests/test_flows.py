@@ -17,20 +17,20 @@ import yaml
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from prefect.artifacts import Artifact  # noqa: E402
-from prefect.testing.utilities import prefect_test_harness  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from prefect.artifacts import Artifact
+from prefect.testing.utilities import prefect_test_harness
+from typer.testing import CliRunner
 
-from flows import stage_flows  # noqa: E402
-from flows.artifacts import stage_key  # noqa: E402
-from flows.dag import StageFailed, resolve_config  # noqa: E402
-from flows.gpu_stage import gpu_stage  # noqa: E402
-from flows.world_model import world_model_pipeline  # noqa: E402
-from pipeline.store import stage_runs  # noqa: E402
-from pipeline.cli import app  # noqa: E402
-from pipeline.config.orchestration import STAGE_ORDER  # noqa: E402
-from pipeline.orchestration.fingerprint import STAGE_INPUTS  # noqa: E402
-from pipeline.store.database import Store  # noqa: E402
+from flows import stage_flows
+from flows.artifacts import stage_key
+from flows.dag import StageFailed, resolve_config
+from flows.gpu_stage import gpu_stage
+from flows.world_model import world_model_pipeline
+from pipeline.store import stage_runs
+from pipeline.cli import app
+from pipeline.config.orchestration import STAGE_ORDER
+from pipeline.orchestration.fingerprint import STAGE_INPUTS
+from pipeline.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"

@@ -32,21 +32,21 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install -e '.[gpu]' on a GPU machine)")
-import torch  # noqa: E402
+import torch
 
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA GPU, which vLLM serves on", allow_module_level=True)
 
-import httpx  # noqa: E402
+import httpx
 
-from pipeline.config.model import TinyModelConfig  # noqa: E402
-from pipeline.serving.export_folder import write_export  # noqa: E402
-from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM, example_request  # noqa: E402
-from pipeline.serving.prompt_formats import prompt_format  # noqa: E402
-from pipeline.serving.thinking import split_thinking  # noqa: E402
-from pipeline.store.schema import SystemPrompt  # noqa: E402
-from pipeline.training.tiny_model import build_tiny_model  # noqa: E402
-from tests.test_serve import THINKING_ANSWER, _free_port, teach  # noqa: E402
+from pipeline.config.model import TinyModelConfig
+from pipeline.serving.export_folder import write_export
+from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM, example_request
+from pipeline.serving.prompt_formats import prompt_format
+from pipeline.serving.thinking import split_thinking
+from pipeline.store.schema import SystemPrompt
+from pipeline.training.tiny_model import build_tiny_model
+from tests.test_serve import THINKING_ANSWER, _free_port, teach
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
