@@ -25,11 +25,10 @@ sys.path.insert(0, str(REPO))
 from pipeline.config.model import TinyModelConfig
 from pipeline.formats import detect
 from pipeline.formats.base import Document, iter_documents
-from pipeline.prompts.cpt import render_cpt_system_prompt
-from pipeline.store.schema import RecordError, Trajectory
-from pipeline.store.schema import ScoredTurn
-from pipeline.training.sequences import IGNORE_INDEX, PadCollator, SequenceBuilder, TokenSequence
 from pipeline.formats.sources import expand
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.store.schema import RecordError, ScoredTurn, Trajectory
+from pipeline.training.sequences import IGNORE_INDEX, PadCollator, SequenceBuilder, TokenSequence
 from pipeline.training.tiny_model import build_tiny_model
 
 

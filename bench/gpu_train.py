@@ -72,7 +72,8 @@ def prepare_sequences(workspace: Path, options) -> Path:
         return prepared
     from pipeline.store.database import open_store
     from pipeline.training.trainer import load_tokenizer_with_chatml
-    from stages import cpt, filter as filter_stage, ingest, score, split
+    from stages import cpt, ingest, score, split
+    from stages import filter as filter_stage
 
     config = demo_config(workspace, options, None)
     store = open_store(config)

@@ -25,11 +25,11 @@ from pydantic import Field
 
 from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
 from flows.concurrency import gpu_slot
-from pipeline.store import stage_runs
 from pipeline.config import SimulacraConfig, load_config, parse_override
 from pipeline.config.orchestration import GPU_POOL_STAGES, STAGE_ORDER
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
+from pipeline.store import stage_runs
 from pipeline.store.database import open_store
 
 

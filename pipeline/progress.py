@@ -22,7 +22,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-
 # Also told of every advance, as observer(description, completed, total): the Prefect flows publish
 # it as a progress artifact (flows/artifacts.py), so stages stay free of Prefect.
 OBSERVERS: list[Callable[[str, int, int | None], None]] = []

@@ -38,9 +38,19 @@ from typing import Any
 
 from pipeline.errors import UserFixableError
 from pipeline.informativeness import SCORER_VERSION
+from pipeline.prompts.cpt import render_cpt_system_prompt
+from pipeline.stage import StageResult
 from pipeline.store.atomic_files import write_text_atomic
+from pipeline.store.snapshot import (
+    export_snapshot,
+    pool_size,
+    pools_fingerprint,
+    read_pool,
+    require_scores,
+)
 from pipeline.training import trainer as shared_trainer
 from pipeline.training.models import base_model_ref, ensure_base_model
+
 # CPT needs nothing beyond the common plan; the name `Plan` is what flows/gpu_stage.py looks up.
 from pipeline.training.runs import RunPlan as Plan
 from pipeline.training.runs import (
@@ -50,7 +60,6 @@ from pipeline.training.runs import (
     release_resume_checkpoints,
     run_across_processes,
 )
-from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.training.sequences import (
     IGNORE_INDEX,
     LabelTally,
@@ -58,14 +67,6 @@ from pipeline.training.sequences import (
     SequenceWriter,
     TokenSequence,
 )
-from pipeline.store.snapshot import (
-    export_snapshot,
-    pool_size,
-    pools_fingerprint,
-    read_pool,
-    require_scores,
-)
-from pipeline.stage import StageResult
 from pipeline.training.tiny_model import build_tiny_model
 from pipeline.training.world_knowledge import mix_world_knowledge
 

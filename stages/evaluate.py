@@ -49,10 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config.evaluate import CHECKPOINT_PLACEHOLDER
-from pipeline.evaluation.metrics import RougeL, agentworldbench_sql, exact_match, json_validity, semantic_match, spearman
+from pipeline.errors import UserFixableError
 from pipeline.evaluation.agreement import exact, line_agreement
 from pipeline.evaluation.benchmark import BenchmarkItem, read_benchmark, strip_marker
 from pipeline.evaluation.contamination import TRAINING_POOLS, seen_in_training
+from pipeline.evaluation.metrics import (
+    RougeL,
+    agentworldbench_sql,
+    exact_match,
+    json_validity,
+    semantic_match,
+    spearman,
+)
 from pipeline.evaluation.prompting import (
     NON_THINKING,
     RETRIEVAL,
@@ -62,7 +70,6 @@ from pipeline.evaluation.prompting import (
     query_messages,
     system_prompt,
 )
-from pipeline.errors import UserFixableError
 from pipeline.evaluation.report import EVAL_POOL, TABLE_COLUMNS, judge_caption, judge_name, table_rows, with_interval
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import code_version

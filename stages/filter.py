@@ -22,9 +22,9 @@ from typing import Any
 import duckdb
 
 from pipeline.config import SimulacraConfig
-from pipeline.orchestration.faults import maybe_fail
 from pipeline.filters import build_rules
 from pipeline.filters.judging import TURN_DROPS, VERDICTS, drop_judging_tables, judge_unjudged
+from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.stage import StageResult
 from pipeline.store.database import Store

@@ -25,15 +25,16 @@ from pipeline import formats
 from pipeline.config import SimulacraConfig
 from pipeline.config.ingest import SourceConfig
 from pipeline.errors import interrupted
-from pipeline.orchestration.faults import maybe_fail
-from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
-from pipeline.formats.file_encoding import sniff
+from pipeline.formats import jsonl_lines
+from pipeline.formats import simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
-from pipeline.progress import progress_bar
-from pipeline.store.schema import RecordError, Trajectory, check_limits
+from pipeline.formats.file_encoding import sniff
 from pipeline.formats.sources import Input, NotRead, Skipped, expand
+from pipeline.orchestration.faults import maybe_fail
+from pipeline.progress import progress_bar
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
+from pipeline.store.schema import RecordError, Trajectory, check_limits
 
 # What a buggy or hostile record can raise inside an adapter; anything else is our bug and stops the run.
 PARSE_ERRORS = (RecordError, KeyError, TypeError, ValueError, AttributeError, IndexError)

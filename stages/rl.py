@@ -34,9 +34,9 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
-from pipeline.store.atomic_files import write_text_atomic
 from pipeline.rl.base_model import rl_base_ref
 from pipeline.stage import StageResult
+from pipeline.store.atomic_files import write_text_atomic
 from pipeline.store.snapshot import target_turns
 from pipeline.training.runs import (
     RunPlan,

@@ -48,18 +48,18 @@ from pipeline.config import SimulacraConfig
 from pipeline.errors import UserFixableError
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
-from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.prompts.answer_format import answer_format, model_format, stage_format, write_model_format
+from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.prompts.sft import TEMPLATES
 from pipeline.sft.base_model import sft_base_ref
 from pipeline.sft.candidates import render_thinking_output
 from pipeline.sft.queries import Query, choose_targets, load_queries
 from pipeline.stage import StageResult
+from pipeline.store.atomic_files import write_text_atomic
+from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
 from pipeline.training.runs import RunPlan, claim_run_folder, complete_run
-from pipeline.store.atomic_files import write_text_atomic
-from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 
 STAGE = "sft"
 POOLS = ("cpt", "sft", "val")
@@ -437,7 +437,8 @@ def train(config, plan: Plan) -> None:
     """From the plan's files only (never the store): training (resuming from the last checkpoint), then
     the validation score of the model before SFT and after it, each in its own format; `trained.json` last."""
     from pipeline.training import validation
-    from pipeline.training.trainer import TrainingJob, train as train_model
+    from pipeline.training.trainer import TrainingJob
+    from pipeline.training.trainer import train as train_model
 
     trained_file = plan.output_dir / TRAINED_FILE
     if plan.done or trained_file.is_file():

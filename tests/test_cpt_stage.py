@@ -6,15 +6,14 @@ cross-entropy must fall.
 """
 
 import json
-import shutil
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -26,8 +25,8 @@ from pipeline.config.score import KeepRatios
 from pipeline.informativeness import SCORER_VERSION
 from pipeline.orchestration.faults import InjectedFault
 from pipeline.orchestration.fingerprint import stage_fingerprint
-from pipeline.store.snapshot import MissingScores
 from pipeline.store.database import Store
+from pipeline.store.snapshot import MissingScores
 from pipeline.training.checkpoints import missing_parts
 from stages import cpt
 from stages import score as score_stage

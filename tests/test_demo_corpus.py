@@ -17,8 +17,8 @@ from pipeline.filters import build_rules
 from pipeline.formats import detect
 from pipeline.formats.base import Malformed, iter_documents
 from pipeline.formats.simulacra_jsonl import Adapter
-from pipeline.store.schema import RecordError
 from pipeline.formats.sources import expand
+from pipeline.store.schema import RecordError
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILDER = ROOT / "data" / "build_demo_corpus.py"

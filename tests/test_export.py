@@ -35,7 +35,8 @@ from pipeline.store.schema import SystemPrompt
 from pipeline.store.snapshot import export_snapshot, read_pool
 from pipeline.training.sequences import SequenceBuilder
 from pipeline.training.tiny_model import build_tiny_model
-from stages import export, filter as filter_stage, ingest, score, split
+from stages import export, ingest, score, split
+from stages import filter as filter_stage
 
 REPO = Path(__file__).resolve().parents[1]
 

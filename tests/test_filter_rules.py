@@ -22,8 +22,8 @@ from pipeline.filters import FilterRules, Verdict, build_rules
 from pipeline.filters.judging import TURN_DROPS, VERDICTS, drop_judging_tables, judge_unjudged
 from pipeline.filters.patterns import _EXTRA_FOLDS, PatternSet, re2_superset
 from pipeline.filters.sql import PYTHON_WHITESPACE
-from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from pipeline.store.database import Store
+from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 
 SEARCH_TOOLS = [{"type": "function", "function": {"name": "search"}}, {"name": "open_page"}]
 A_SCREEN = "[1] RootWebArea 'Shop'\n  [2] button 'Add to cart'"

@@ -5,8 +5,8 @@ import orjson
 import pytest
 
 from pipeline.config import SimulacraConfig
-from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from pipeline.store.database import Store
+from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from stages import filter as filter_stage
 
 TOOLS = [{"type": "function", "function": {"name": "search"}}]

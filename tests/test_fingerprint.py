@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import stage_runs
 from pipeline.config import load_config
 from pipeline.orchestration.fingerprint import STAGE_INPUTS, import_closure, stage_fingerprint
 from pipeline.stage import StageResult
+from pipeline.store import stage_runs
 from pipeline.store.database import Store
 from stages import filter as filter_stage
 from stages import ingest

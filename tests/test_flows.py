@@ -26,10 +26,10 @@ from flows.artifacts import stage_key
 from flows.dag import StageFailed, resolve_config
 from flows.gpu_stage import gpu_stage
 from flows.world_model import world_model_pipeline
-from pipeline.store import stage_runs
 from pipeline.cli import app
 from pipeline.config.orchestration import STAGE_ORDER
 from pipeline.orchestration.fingerprint import STAGE_INPUTS
+from pipeline.store import stage_runs
 from pipeline.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]

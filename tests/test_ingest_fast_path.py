@@ -17,11 +17,11 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.errors import interrupted
-from pipeline.formats import adapter
-from pipeline.formats import jsonl_lines, simulacra_jsonl_sql as jsonl_sql
+from pipeline.formats import adapter, jsonl_lines
+from pipeline.formats import simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.simulacra_jsonl import to_record
-from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from pipeline.store.database import Store
+from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from stages import ingest
 
 DEMO_TOOL_CALLS = Path(__file__).resolve().parents[1] / "data" / "demo" / "tool_calls.json"

@@ -9,8 +9,8 @@ import pytest
 from openai_server import Fault, OpenAIServer
 
 from pipeline.config.llm import EndpointConfig
-from pipeline.llm.client import ChatRequest, open_client
 from pipeline.llm.chat import Completion
+from pipeline.llm.client import ChatRequest, open_client
 from pipeline.llm.openai_backend import completion_of, retry_after_s
 from pipeline.llm.retry import EndpointError, RetryPolicy
 from pipeline.store.database import Store

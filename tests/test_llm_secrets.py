@@ -138,9 +138,8 @@ def test_ordinary_text_with_dots_and_stars_is_left_alone():
 
 def test_an_answer_that_echoes_the_key_is_stored_redacted_never_judged_nor_kept(tmp_path, monkeypatch):
     """Issue 20.9: a debugging proxy echoes the Authorization header into the answer's thinking."""
-    from pipeline.config.sft import JudgeConfig
+    from pipeline.config.sft import GeneratorConfig, JudgeConfig
     from pipeline.sft.generators import build_generators, build_judge, judge_label
-    from pipeline.config.sft import GeneratorConfig
     from pipeline.sft.queries import Query
     from pipeline.sft.sampling import RejectionSampler
     from pipeline.store.schema import SystemPrompt

@@ -13,6 +13,7 @@ from pipeline.llm.repetition import repeating
 from pipeline.store.database import Store
 from pipeline.training.tiny_model import build_tiny_model
 
+
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     rng = random.Random(0)

@@ -7,8 +7,7 @@ from pipeline.prompts.rl import RL_TEMPLATE, rl_messages
 from pipeline.prompts.sft import TEMPLATES
 from pipeline.rl.controls import CONTROLS, KINDS, draw_control
 from pipeline.rl.prompts import EchoTrap, select_targets
-from pipeline.store.schema import SystemPrompt
-from pipeline.store.schema import ScoredTurn
+from pipeline.store.schema import ScoredTurn, SystemPrompt
 
 SYSTEM = SystemPrompt(task_description="Inspect the server.", action_space="bash", simulation_instructions="Be terse.")
 

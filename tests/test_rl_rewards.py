@@ -12,8 +12,8 @@ import pytest
 from openai_server import Fault, OpenAIServer
 
 from pipeline.config.llm import EndpointConfig
-from pipeline.config.rl import RewardConfig
 from pipeline.config.model import TinyModelConfig
+from pipeline.config.rl import RewardConfig
 from pipeline.config.sft import JudgeConfig
 from pipeline.llm.client import open_client
 from pipeline.rewards.semantic import Similarity

@@ -22,10 +22,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-
-import threading
 
 import httpx
 import pytest

@@ -6,10 +6,17 @@ import pytest
 
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.client import open_client
-from pipeline.sft.judging import CRITERIA, LLMJudge, PairwiseItem, PointwiseItem, SemanticJudge, validate_pairwise, validate_pointwise
+from pipeline.sft.judging import (
+    CRITERIA,
+    LLMJudge,
+    PairwiseItem,
+    PointwiseItem,
+    SemanticJudge,
+    validate_pairwise,
+    validate_pointwise,
+)
 from pipeline.sft.queries import Query
-from pipeline.store.schema import SystemPrompt
-from pipeline.store.schema import ScoredTurn
+from pipeline.store.schema import ScoredTurn, SystemPrompt
 from tests.openai_server import OpenAIServer
 
 GOOD = {"content_classes": ["deterministic output"], "format": 5, "factuality": 4, "consistency": 5, "realism": 4,

@@ -347,9 +347,9 @@ def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
     """The choice takes `max_queries` targets that can become a sample, in rank order; the tool-call
     targets, whose tool lists alone overrun short rows, are passed over and counted, and a larger
     budget still takes a superset of a smaller one's."""
+    from pipeline.prompts.sft import TEMPLATES
     from pipeline.sft.queries import choose_targets, load_queries
     from pipeline.sft.samples import can_fit, shortest_prompt
-    from pipeline.prompts.sft import TEMPLATES
     from pipeline.store.snapshot import target_turns
     from pipeline.training.models import ensure_chatml_tokens, load_tokenizer
     from pipeline.training.sequences import SequenceBuilder

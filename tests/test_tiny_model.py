@@ -6,7 +6,13 @@ import random
 import pytest
 
 from pipeline.config.model import TinyModelConfig
-from pipeline.training.models import ensure_chatml_tokens, load_causal_lm, load_tokenizer, model_identity, training_dtype
+from pipeline.training.models import (
+    ensure_chatml_tokens,
+    load_causal_lm,
+    load_tokenizer,
+    model_identity,
+    training_dtype,
+)
 from pipeline.training.tiny_model import IM_END, IM_START, PAD, build_tiny_model
 
 WORDS = "ls cat grep total drwxr-xr-x root file not found error permission denied json value true false".split()

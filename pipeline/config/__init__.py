@@ -18,9 +18,9 @@ from pipeline.config.base import Section
 from pipeline.config.cpt import CPTConfig
 from pipeline.config.evaluate import EvaluateConfig
 from pipeline.config.export import ExportConfig
-from pipeline.config.llm import CREDENTIALS_IN_URL
 from pipeline.config.filter import FilterConfig
 from pipeline.config.ingest import IngestConfig
+from pipeline.config.llm import CREDENTIALS_IN_URL
 from pipeline.config.model import ModelConfig
 from pipeline.config.orchestration import OrchestrationConfig
 from pipeline.config.rl import RLConfig

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from pipeline.errors import UserFixableError
 from pipeline.sft.queries import Query, choose_targets, kept_history
-from pipeline.store.schema import THOUGHT, RecordError, Trajectory
-from pipeline.store.schema import ScoredTurn
+from pipeline.store.schema import THOUGHT, RecordError, ScoredTurn, Trajectory
 
 FAILURES_SHOWN = 5
 

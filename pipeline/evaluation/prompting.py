@@ -21,7 +21,8 @@ A checkpoint given by path and not registered is asked as its `answer_format.jso
 model unless `--thinking` says otherwise (then as an SFT thinking checkpoint).
 """
 
-from pipeline.prompts.answer_format import FORMATS, NON_THINKING as _NON_THINKING, answer_format
+from pipeline.prompts.answer_format import FORMATS, answer_format
+from pipeline.prompts.answer_format import NON_THINKING as _NON_THINKING
 from pipeline.sft.candidates import THINK_CLOSE, THINK_OPEN
 from pipeline.sft.queries import Query, chat_messages
 

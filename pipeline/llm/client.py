@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.config.llm import EndpointConfig
+from pipeline.errors import UserFixableError
 from pipeline.llm.cache import AnswerCache, GroupCommit, SettledRequest, cache_key, request_record
 from pipeline.llm.chat import ChatAnswer, ChatRequest, Completion
-from pipeline.errors import UserFixableError
 from pipeline.llm.credentials import api_key, public_url, redact
 from pipeline.llm.retry import EndpointError, RetryPolicy
 from pipeline.llm.tally import RequestTally

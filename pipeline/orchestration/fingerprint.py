@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SimulacraConfig
-from pipeline.store.content_digests import ContentDigests
 from pipeline.formats.sources import expand
+from pipeline.store.content_digests import ContentDigests
 from pipeline.store.database import Store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +68,8 @@ def _ingest_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     # Imported here: they bring numpy and polars, which the data stages do not need.
     from pipeline.informativeness import SCORER_VERSION
-    from pipeline.training.models import base_model_identity
     from pipeline.store.snapshot import pools_fingerprint
+    from pipeline.training.models import base_model_identity
     from pipeline.training.world_knowledge import corpus_fingerprint
 
     # The tiny model is built from the model section and the cpt pool, both covered already.
@@ -119,9 +119,9 @@ def _sft_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
 def _rl_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     from pipeline.rewards.rubrics import files_digest, prompt_path, rubric_files
+    from pipeline.rl.base_model import NoBaseModel, rl_base_ref
     from pipeline.store.snapshot import pools_fingerprint
     from pipeline.training.models import model_identity
-    from pipeline.rl.base_model import NoBaseModel, rl_base_ref
 
     try:
         base = model_identity(rl_base_ref(config, store))
@@ -145,8 +145,8 @@ def _rl_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
 
 def _export_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
-    from pipeline.training.models import model_identity
     from pipeline.serving.export_source import NothingToExport, resolve_source
+    from pipeline.training.models import model_identity
 
     try:
         source = resolve_source(config, store)

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pipeline.prompts.sft import SFTTemplate, _markdown
-from pipeline.store.schema import SystemPrompt
-from pipeline.store.schema import ScoredTurn
+from pipeline.store.schema import ScoredTurn, SystemPrompt
 
 RL_TEMPLATE = SFTTemplate(
     template_id=100,  # outside the SFT draw's 0-9, so a record never confuses the two

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-
 from pipeline.config.sandbox import SandboxConfig
 
 CHILD = Path(__file__).with_name("sandbox_child.py")

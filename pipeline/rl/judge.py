@@ -15,8 +15,7 @@ from pipeline.rewards.rubrics import load_rubric, prompt_text
 from pipeline.rl.prompts import RLPrompt
 from pipeline.sft.judging import PointwiseAnswer, Verdict, _context, _cut, _json_schema_format, validate_pointwise
 from pipeline.sft.queries import Query
-from pipeline.store.schema import SystemPrompt
-from pipeline.store.schema import ScoredTurn
+from pipeline.store.schema import ScoredTurn, SystemPrompt
 
 
 def judge_query(prompt: RLPrompt) -> Query:

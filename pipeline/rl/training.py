@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import UserFixableError
 from pipeline.progress import progress_bar
 from pipeline.rl.prompts import RLPrompt
-from pipeline.errors import UserFixableError
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import (
     AtomicCheckpoints,

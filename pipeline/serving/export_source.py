@@ -12,7 +12,6 @@ from pipeline.prompts.answer_format import FORMAT_FILE, model_format
 from pipeline.serving.prompt_formats import PROMPT_FORMATS, prompt_format
 
 
-
 class NothingToExport(RuntimeError):
     """No checkpoint is registered and none is configured."""
 

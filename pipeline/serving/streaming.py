@@ -11,8 +11,8 @@ format, issue 28) is all observation and streams as it comes.
 
 from dataclasses import dataclass
 
-from pipeline.serving.thinking import split_thinking
 from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
+from pipeline.serving.thinking import split_thinking
 
 
 @dataclass

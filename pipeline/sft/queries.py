@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
-from pipeline.store.schema import SystemPrompt
+from pipeline.store.schema import ScoredTurn, SystemPrompt
 from pipeline.store.snapshot import read_pool
-from pipeline.store.schema import ScoredTurn
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.sft.candidates import render_thinking_output
 from pipeline.errors import UserFixableError
+from pipeline.sft.candidates import render_thinking_output
 from pipeline.sft.queries import Query
-from pipeline.store.snapshot import read_pool
 from pipeline.store.schema import ScoredTurn
+from pipeline.store.snapshot import read_pool
 
 HISTORY_CHARS = 500
 ACTION_EXCERPT_CHARS = 200

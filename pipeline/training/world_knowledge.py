@@ -25,9 +25,9 @@ import numpy as np
 import orjson
 
 from pipeline.errors import UserFixableError
+from pipeline.formats.sources import SKIPPED_NAMES
 from pipeline.store.content_digests import ContentDigests
 from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
-from pipeline.formats.sources import SKIPPED_NAMES
 
 TEXT_SUFFIXES = {".txt", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
