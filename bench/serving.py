@@ -69,7 +69,7 @@ def start(engine: str, folder: Path, port: int) -> tuple[subprocess.Popen, str]:
         except httpx.HTTPError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise SystemExit(f"{engine} did not start")
+                raise SystemExit(f"{engine} did not start") from None
             time.sleep(0.5)
 
 

@@ -94,7 +94,10 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     )
     database = workspace / "simulacra.duckdb"
     deadline = time.monotonic() + 120
-    written = lambda: sum(p.stat().st_size for p in workspace.glob("simulacra.duckdb*") if p.is_file())
+
+    def written() -> int:
+        return sum(p.stat().st_size for p in workspace.glob("simulacra.duckdb*") if p.is_file())
+
     while child.poll() is None and time.monotonic() < deadline and written() < 1_500_000:  # past the migrations
         time.sleep(0.05)
     assert child.poll() is None, "ingestion finished before the signal: make the file bigger"
@@ -209,6 +212,6 @@ def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_erro
         try:
             raise ValueError("a bad record")
         except ValueError:
-            raise RuntimeError("cleanup failed")
+            raise RuntimeError("cleanup failed")  # noqa: B904 - the implicit chain is the case under test
     except RuntimeError as chained:
         assert not interrupted(chained)

@@ -44,7 +44,11 @@ def ingest_both(tmp_path: Path, monkeypatch, path: Path, **settings) -> tuple[di
     for reader in ("sql", "python"):
         config = load_config(None, [{"workspace": {"path": str(tmp_path / reader)}, "ingest": {**settings, "sql_fast_path": reader == "sql"}}])
         parsed: list[str] = []
-        monkeypatch.setattr(ingest, "_parse", lambda record, *a: parsed.append(record.location) or real_parse(record, *a))
+        monkeypatch.setattr(
+            ingest,
+            "_parse",
+            lambda record, *a: parsed.append(record.location) or real_parse(record, *a),  # noqa: B023 - replaced next iteration
+        )
         with Store(config.workspace.database_path) as store:
             metrics = ingest.run(config, store, paths=[str(path)]).metrics
             results[reader] = {**stored(store), "metrics": metrics}

@@ -2,7 +2,7 @@
 127.0.0.1; and the retry policy's waits (backoff with jitter, Retry-After)."""
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
@@ -133,7 +133,7 @@ def test_retry_after_headers(headers, expected):
 
 
 def test_retry_after_as_an_http_date():
-    in_ten_seconds = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=10), usegmt=True)
+    in_ten_seconds = format_datetime(datetime.now(UTC) + timedelta(seconds=10), usegmt=True)
     assert retry_after_s({"retry-after": in_ten_seconds}) == pytest.approx(10, abs=2)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config.sandbox import SandboxConfig
-from pipeline.rewards.rule import PASS_REWARD, rule_reward, rule_rewards
+from pipeline.rewards.rule import rule_reward
 from pipeline.rewards.sandbox import UID_RANGE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are run as root (an unprivileged run is one case)")

@@ -50,12 +50,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-THINKING_QUERY = world_model_messages(prompt_format("sft"), "terminal", SYSTEM, TURNS, "wc -l notes.txt")
+SFT_FORMAT = prompt_format("sft")
+THINKING_QUERY = world_model_messages(SFT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 
 
 def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None,
-          fmt=prompt_format("sft")) -> None:
+          fmt=SFT_FORMAT) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
     served model really writes thinking and the server's separation of it is tested on a real output."""
     import torch

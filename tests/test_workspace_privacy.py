@@ -27,7 +27,7 @@ def open_workspace(workspace: Path) -> None:
     config = load_config(None, [{"workspace": {"path": str(workspace)}}])
     configure(config.workspace.prefect_home)
     with Store(config.workspace.database_path) as store:
-        store.connection
+        store.connection  # noqa: B018 - the property opens and migrates the store
 
 
 @pytest.fixture

@@ -329,7 +329,7 @@ def task_scaffold(rng: random.Random) -> ShellTask:
 
 def task_json_fix(rng: random.Random) -> ShellTask:
     host = rng.choice(DB_HOSTS)
-    settings = ('{\n  "service": "%s",\n  "debug": %s,\n  "database": {\n    "host": "%s",\n    "port": 5432\n  }\n}\n'
+    settings = ('{\n  "service": "%s",\n  "debug": %s,\n  "database": {\n    "host": "%s",\n    "port": 5432\n  }\n}\n'  # noqa: UP031 - JSON's braces need no doubling with %
                 % (rng.choice(WORDS), rng.choice(["true", "false"]), host))
     # Drop the comma after the "service" line: the classic hand-edit mistake.
     broken = settings.replace('",\n  "debug"', '"\n  "debug"', 1)

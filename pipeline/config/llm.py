@@ -9,11 +9,6 @@ query) is refused: it would be stored whole wherever the config goes (a Prefect 
 parameters), and the SDK would send it instead of the Bearer key.
 """
 
-# Query parameters that carry a credential (Azure's `api-key`, `?key=`, signed URLs' `sig`).
-CREDENTIAL_PARAMETERS = ("key", "api_key", "api-key", "apikey", "token", "access_token", "secret", "password", "sig")
-# The error type `pipeline.config` recognises to leave the offending value out of its message.
-CREDENTIALS_IN_URL = "credentials_in_url"
-
 from typing import Literal
 from urllib.parse import parse_qsl, urlsplit
 
@@ -21,6 +16,11 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pipeline.config.base import Section
+
+# Query parameters that carry a credential (Azure's `api-key`, `?key=`, signed URLs' `sig`).
+CREDENTIAL_PARAMETERS = ("key", "api_key", "api-key", "apikey", "token", "access_token", "secret", "password", "sig")
+# The error type `pipeline.config` recognises to leave the offending value out of its message.
+CREDENTIALS_IN_URL = "credentials_in_url"
 
 
 class EndpointConfig(Section):
