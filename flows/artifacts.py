@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect.artifacts import (
     create_image_artifact,
@@ -96,13 +97,16 @@ class ProgressArtifact:
     def __init__(self, key: str, description: str):
         self.key = artifact_key(key)
         self.description = description
-        self.artifact_id = None
+        self.artifact_id: UUID | None = None
         self.last_update = 0.0
 
     def report(self, percent: float, force: bool = False) -> None:
         now = time.monotonic()
         if self.artifact_id is None:
-            self.artifact_id = create_progress_artifact(progress=percent, key=self.key, description=self.description)
+            # Prefect's async_dispatch types the result `R | Coroutine`; called from sync code it is the UUID.
+            self.artifact_id = create_progress_artifact(  # type: ignore[assignment]
+                progress=percent, key=self.key, description=self.description
+            )
         elif force or now - self.last_update >= PROGRESS_INTERVAL_S:
             update_progress_artifact(self.artifact_id, percent)
         else:

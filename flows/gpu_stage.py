@@ -25,7 +25,7 @@ A GPU stage module provides `Plan` (with `write()` and `Plan.read(path)`), `prep
 
 import importlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prefect import flow, get_run_logger
 
@@ -36,7 +36,14 @@ from pipeline.config.orchestration import GPU_POOL_STAGES
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 
-GpuStageName = Literal[tuple(sorted(GPU_POOL_STAGES))]
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun
+
+# Built from the stage list at run time, for Prefect's parameter form; a str to the type checker.
+if TYPE_CHECKING:
+    GpuStageName = str
+else:
+    GpuStageName = Literal[tuple(sorted(GPU_POOL_STAGES))]
 # How often the pipeline asks the server whether the GPU run has finished: one cheap API call.
 POLL_INTERVAL_S = 2.0
 
@@ -90,6 +97,7 @@ def dispatch(config: SimulacraConfig, store: Store, stage: str) -> StageResult:
     from prefect.deployments import run_deployment
 
     deployment = config.orchestration.gpu_deployment
+    assert deployment is not None  # flows/dag.py dispatches only when it is set
     _require_deployment(deployment)
     module = _stage_module(stage)
     plan = module.prepare(config, store)
@@ -98,7 +106,11 @@ def dispatch(config: SimulacraConfig, store: Store, stage: str) -> StageResult:
         handed = config.model_dump(mode="json")
         handed["workspace"]["path"] = str(config.workspace.root)
         parameters = {"stage": stage, "config": handed, "plan": str(plan.write())}
-        run = run_deployment(deployment, parameters=parameters, timeout=None, poll_interval=POLL_INTERVAL_S)
+        # Prefect's async_dispatch types the result `R | Coroutine`; called from sync code it is the FlowRun.
+        run: FlowRun = run_deployment(  # type: ignore[assignment]
+            deployment, parameters=parameters, timeout=None, poll_interval=POLL_INTERVAL_S
+        )
+        assert run.state is not None  # timeout=None: run_deployment returns once the run has a final state
         if not run.state.is_completed():
             raise GpuRunFailed(
                 f"{stage}: flow run {run.name} ({run.id}) of deployment {deployment} ended "

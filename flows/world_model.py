@@ -8,13 +8,17 @@ as a union the user must first switch from None, and shows no type or default fo
 """
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from flows.dag import MaxSteps, StageOutcome, config_stages, resolve_config, run_stages
 from flows.stored_parameters import pipeline_flow
 from pipeline.config.orchestration import STAGE_ORDER
 
-StageName = Literal[STAGE_ORDER]
+# Built from STAGE_ORDER at run time, for Prefect's parameter form; a str to the type checker.
+if TYPE_CHECKING:
+    StageName = str
+else:
+    StageName = Literal[STAGE_ORDER]
 
 
 @pipeline_flow(name="world-model-pipeline", description="Ingest, filter, score, split and train a world model.")

@@ -228,7 +228,7 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
     )
     category = pl.when(pl.col("thought")).then(pl.lit(THOUGHT))
     for name in c.precedence:
-        category = category.when(_signature(name, c)).then(pl.lit(name))
+        category = category.when(_signature(name, c)).then(pl.lit(name))  # type: ignore[assignment]  # a ChainedThen
     keep_ratios = {name: c.keep_ratios.of(name) for name in (*c.precedence, THOUGHT)}
     return (
         metrics.with_columns(category=category)

@@ -46,7 +46,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config.evaluate import CHECKPOINT_PLACEHOLDER
 from pipeline.errors import UserFixableError
@@ -79,6 +79,10 @@ from pipeline.sft.queries import Query, choose_targets, load_queries
 from pipeline.sft.sampling import digest
 from pipeline.stage import StageResult
 from pipeline.store.snapshot import export_snapshot, pool_size, pools_fingerprint
+
+if TYPE_CHECKING:  # imported where used
+    from pipeline.evaluation.tagged_judge import TaggedJudge
+    from pipeline.sft.judging import LLMJudge, SemanticJudge
 
 STAGE = "evaluate"
 TRAINING_STAGES = ("cpt", "sft", "rl")
@@ -263,7 +267,7 @@ def named_models(config, store, paths: list[str], thinking: bool) -> list[Evalua
         resolved = str(Path(path).expanduser().resolve())
         if resolved in registered:
             models.append(_of_registered(registered[resolved]))
-        elif base is not None and Path(base.path).is_dir() and resolved == str(Path(base.path).resolve()):
+        elif base is not None and Path(base.path).is_dir() and resolved == str(Path(base.path).resolve()):  # type: ignore[arg-type]  # a base has a path
             models.append(base)
         elif _is_model_folder(resolved) or config.evaluate.predictor.backend == "openai":
             from pipeline.prompts.answer_format import FORMAT_FILE, model_format
@@ -337,6 +341,8 @@ class Scorer:
     `fingerprint` keys the evaluations (a changed prompt, rubric or sampling is another judge); `name`
     is what every table and report shows (issue 18): the judge's model and its prompt with the digest
     of the prompt and rubric files, since scores are comparable only under one named judge."""
+
+    judge: "SemanticJudge | TaggedJudge | LLMJudge"
 
     def __init__(self, config, store):
         from pipeline.rewards.semantic import SemanticScorer
@@ -644,8 +650,11 @@ def _check_budget(config, models: list[EvaluatedModel], eval_set: EvalSet) -> No
     local = [model for model in models if model.path is not None and _is_model_folder(model.path)]
     if not local or not eval_set.queries:
         return
-    thinking = max((thinking_allowance(model.path) for model in local if model.prompt_format in THINKING_FORMATS), default=0)
-    tokenizer = load_tokenizer(local[0].path, config.model.trust_remote_code)
+    thinking = max(
+        (thinking_allowance(model.path) for model in local if model.prompt_format in THINKING_FORMATS),  # type: ignore[arg-type]  # local: a path
+        default=0,
+    )
+    tokenizer = load_tokenizer(local[0].path, config.model.trust_remote_code)  # type: ignore[arg-type]  # local: a path
     needed = percentile_95(answer_tokens(tokenizer, [query.reference for query in eval_set.queries])) + thinking
     what = "the target observations" + (" plus the thinking SFT taught" if thinking else "")
     require_budget("evaluate.predictor.max_tokens", config.evaluate.predictor.max_tokens, needed, what)

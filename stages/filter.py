@@ -70,7 +70,7 @@ def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT
 
 
 def _tally(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    judged, kept, turns, kept_turns = con.execute(
+    judged, kept, turns, kept_turns = con.execute(  # type: ignore[misc]  # an aggregate: one row
         "SELECT count(*), count(*) FILTER (WHERE kept), coalesce(sum(turns), 0), coalesce(sum(kept_turns), 0) "
         f"FROM {VERDICTS}"
     ).fetchone()
@@ -87,7 +87,7 @@ def _tally(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "dropped": judged - kept,
         "turns": int(turns),
         "kept_turns": int(kept_turns),
-        "dropped_turns": con.execute(f"SELECT count(*) FROM {TURN_DROPS}").fetchone()[0],
+        "dropped_turns": con.execute(f"SELECT count(*) FROM {TURN_DROPS}").fetchone()[0],  # type: ignore[index]  # one row
         "by_rule": dict(by_rule),
     }
 

@@ -69,7 +69,7 @@ class _Batch:
 def source_for_path(path: str, name: str | None, format_name: str | None, domain: str | None) -> SourceConfig:
     """A command-line path becomes a source named after it (the folder or file stem) unless named."""
     default = Path(path.rstrip("/")).stem if not path.startswith("hf://") else path.removeprefix("hf://")
-    return SourceConfig(name=name or default or "cli", path=path, format=format_name, domain=domain)
+    return SourceConfig(name=name or default or "cli", path=path, format=format_name, domain=domain)  # type: ignore[arg-type]  # pydantic checks the domain
 
 
 def run(
@@ -280,7 +280,7 @@ def _parse(record: Document | Malformed, adapter: FormatAdapter | None, source: 
     if isinstance(record, Malformed):
         return Malformed(record.location, record.error, raw_text(record.raw, cfg.max_raw_chars_quarantined))
     try:
-        trajectory = adapter.parse(record.content, source.domain)
+        trajectory = adapter.parse(record.content, source.domain)  # type: ignore[union-attr]  # a Document: an adapter split it
         trajectory.source = source.name
         trajectory.location = record.location
         check_limits(trajectory, cfg.max_action_chars, cfg.max_observation_chars)

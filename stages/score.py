@@ -55,7 +55,7 @@ def _score_unscored(tx: duckdb.DuckDBPyConnection, config: SimulacraConfig, conf
     with tx.cursor() as reader:
         unscored = reader.sql(UNSCORED, params={"scorer_version": SCORER_VERSION, "config_hash": config_hash})
         for turns in unscored.to_arrow_reader(CHUNK_TURNS):
-            scores = score_frame(pl.from_arrow(turns), config.score)
+            scores = score_frame(pl.from_arrow(turns), config.score)  # type: ignore[arg-type]  # a batch makes a DataFrame
             tx.register("chunk_scores", scores)
             scored += _count(
                 tx.execute(

@@ -245,8 +245,8 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
     ensure_chatml_tokens(tokenizer)
     plan.sequences_dir.mkdir(parents=True, exist_ok=True)
     by_id = {query.query_id: query for query in queries}
-    counted = Counter()
-    templates = Counter()
+    counted: Counter[str] = Counter()
+    templates: Counter[int] = Counter()
     thinking_lengths: list[int] = []
     builder = SequenceBuilder(tokenizer, config.sft.max_length, config.sft.seed)
     with SequenceWriter(plan.sequences_dir / "train.parquet") as train:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from pipeline.config.answers import AnswersConfig
 from pipeline.config.base import Section
@@ -59,7 +60,7 @@ class ConfigError(ValueError):
     """A configuration problem, with the file and field it concerns."""
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     field = ".".join(str(part) for part in error["loc"]) or "(top level)"
     kind = error["type"]
     if kind == "extra_forbidden":

@@ -75,7 +75,7 @@ class ScoreConfig(Section):
         "one line of a terminal, the length of 'File created successfully at: /path/to/file.py'.",
     )
     precedence: list[Signature] = Field(
-        default_factory=lambda: ["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"],
+        default_factory=lambda: ["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"],  # type: ignore[arg-type]  # each a Signature; mypy reads list[str]
         description="Order in which signatures are tried; the first that matches wins. Default: the paper's "
         "table order, which is also ascending keep ratio: every echo is also boilerplate, and a turn that is "
         "both boilerplate and transform is masked as boilerplate; among the keep-everything categories the "

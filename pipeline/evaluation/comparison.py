@@ -125,7 +125,7 @@ def evaluated_targets(store, evaluation_ids: list[str]) -> list[EvaluatedTargets
             ORDER BY p.evaluation_id, p.query_id""",
         [evaluation_ids],
     )
-    found = {}
+    found: dict[str, EvaluatedTargets] = {}
     for row in rows:
         targets = found.setdefault(row["evaluation_id"], EvaluatedTargets(
             row["evaluation_id"], row["model"], row["stage"], {}, {name: {} for name in MEASURES}))

@@ -70,7 +70,7 @@ class TeacherForcing:
         present = [i for i, sequence in enumerate(sequences) if sequence is not None]
         results: list[tuple[float, int] | None] = [None] * len(sequences)
         for start in range(0, len(present), self.batch_size):
-            chosen = [sequences[i] for i in present[start : start + self.batch_size]]
+            chosen: list[TeacherForced] = [sequences[i] for i in present[start : start + self.batch_size]]  # type: ignore[misc]  # present: not None
             rows = [{"input_ids": s.input_ids, "labels": s.labels, "shift_labels": s.labels[1:] + [IGNORE_INDEX],
                      "position_ids": list(range(len(s.input_ids)))} for s in chosen]
             batch = PackedCollator(self.tokenizer.pad_token_id, max(len(s.input_ids) for s in chosen))(rows)

@@ -40,7 +40,7 @@ class Interval:
         """`better`, `worse` or `no measurable change`, for a difference where higher is better."""
         if not self.measurable:
             return "no measurable change"
-        return "better" if self.low > 0 else "worse"
+        return "better" if self.low > 0 else "worse"  # type: ignore[operator]  # measurable: low is set
 
     @property
     def half_width(self) -> float | None:

@@ -112,10 +112,12 @@ class FilterRules:
                 removed = {index for index, _ in drops}
                 verdict.kept_turns = [index for index in verdict.kept_turns if index not in removed]
                 verdict.turn_drops.extend((index, rule.name, reason) for index, reason in drops)
-        for rule in self.trajectory_rules:
-            result = rule.check(trajectory, verdict.kept_turns)
+        for trajectory_rule in self.trajectory_rules:
+            result = trajectory_rule.check(trajectory, verdict.kept_turns)
             if result is not True:
                 verdict.kept = False
-                verdict.trajectory_drop = (rule.name, result[1] if isinstance(result, tuple) else rule.name)
+                verdict.trajectory_drop = (
+                    trajectory_rule.name, result[1] if isinstance(result, tuple) else trajectory_rule.name
+                )
                 break
         return verdict

@@ -49,7 +49,7 @@ def judge_unjudged(con: duckdb.DuckDBPyConnection, rules: FilterRules, batch_tra
     matches = search_observations(con, TRAJECTORIES, rules.all)
     _judge_turns(con, rules, matches)
     _judge_trajectories(con, rules, matches)
-    return con.execute(f"SELECT coalesce(max(batch) + 1, 0) FROM {TRAJECTORIES}").fetchone()[0]
+    return con.execute(f"SELECT coalesce(max(batch) + 1, 0) FROM {TRAJECTORIES}").fetchone()[0]  # type: ignore[index]  # an aggregate: one row
 
 
 def _judge_turns(con: duckdb.DuckDBPyConnection, rules: FilterRules, matches: dict[str, str]) -> None:

@@ -32,13 +32,13 @@ def search_observations(
     searching = [rule for rule in rules if rule.searched is not None and rule.searched.patterns]
     if not searching:
         return {}
-    screens = [rule.searched.screen for rule in searching]
+    screens = [rule.searched.screen for rule in searching]  # type: ignore[union-attr]  # searching: each has patterns
     if None in screens:
         passes = "true"  # a rule without a screen could match any text: every observation comes
-    elif compiles_in_re2(combined := alternation(screens)):
+    elif compiles_in_re2(combined := alternation(screens)):  # type: ignore[arg-type]  # no None: the branch above
         passes = f"regexp_matches(observation, {quote(combined)})"
     else:
-        passes = " OR ".join(f"regexp_matches(observation, {quote(screen)})" for screen in screens)
+        passes = " OR ".join(f"regexp_matches(observation, {quote(screen)})" for screen in screens)  # type: ignore[arg-type]  # no None
     # Materialised first: else DuckDB pushes the screen into the scan of `turns`, ahead of the
     # join, and a nightly run that judges a few new trajectories screens the whole store.
     con.execute(
@@ -54,6 +54,7 @@ def search_observations(
 
 
 def _rule_matches(con: duckdb.DuckDBPyConnection, rule: TurnRule | TrajectoryRule) -> str:
+    assert rule.searched is not None  # search_observations passes the rules with patterns only
     conditions = ["true"]
     if rule.searched.screen is not None:
         conditions.append(f"regexp_matches(observation, {quote(rule.searched.screen)})")

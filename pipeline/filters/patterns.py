@@ -53,7 +53,7 @@ def _screen(patterns: list[str]) -> str | None:
     supersets = [re2_superset(pattern) for pattern in patterns]
     if not supersets or None in supersets:
         return None
-    screen = alternation(supersets)
+    screen = alternation(supersets)  # type: ignore[arg-type]  # None in supersets returned above
     # Too large for RE2's program limit: no screen rather than a wrong one.
     return screen if compiles_in_re2(screen) else None
 
@@ -77,7 +77,7 @@ def re2_superset(pattern: str) -> str | None:
     """An RE2 pattern matching (in a search) every text `pattern` matches with `re.search`; None
     when `re`'s parser (a private module) cannot be read: the cost is the speed-up only."""
     try:
-        from re import _constants, _parser
+        from re import _constants, _parser  # type: ignore[attr-defined]  # private: typeshed leaves them out
 
         parsed = _parser.parse(pattern)
         return _sequence(list(parsed), parsed.state.flags, _constants)

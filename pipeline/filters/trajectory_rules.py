@@ -119,6 +119,7 @@ class EnvironmentFailure(TrajectoryRule):
     because a failure is a short message while a long page that mentions '503' is content."""
 
     name = "environment_failure"
+    searched: PatternSet  # set in __init__: never None here
     # What a match is, in the reason.
     failure = "environment failure"
 

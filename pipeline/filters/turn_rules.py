@@ -43,6 +43,7 @@ class RetryCycle(TurnRule):
     """
 
     name = "retry_cycle"
+    searched: PatternSet  # set in __init__: never None here
 
     def __init__(self, malformed_action_patterns: Sequence[str]):
         self.searched = PatternSet(malformed_action_patterns)

@@ -98,7 +98,9 @@ class Adapter(FormatAdapter):
                 turns.extend(_without_reply_warnings(turn) for turn in step_turns)
         if not turns:
             raise RecordError(f"no environment actions: {len(steps)} steps, none an agent action with an observation")
-        agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
+        agent = record.get("agent")
+        if not isinstance(agent, dict):
+            agent = {}
         metadata: dict[str, Any] = {
             "session_id": record.get("session_id"),
             "schema_version": record.get("schema_version"),

@@ -36,7 +36,9 @@ def domain_of_tools(tool_names: Iterable[str | None], default: str) -> str:
 
 
 def is_text_game(observation: str | None) -> bool:
-    return bool(observation) and bool(TASK_LINE.search(observation) or TEXT_GAME_OPENINGS.search(observation))
+    if not observation:
+        return False
+    return bool(TASK_LINE.search(observation) or TEXT_GAME_OPENINGS.search(observation))
 
 
 def task_line(observation: str) -> str | None:

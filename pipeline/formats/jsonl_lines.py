@@ -5,6 +5,7 @@ import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import SupportsIndex
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,7 @@ class LineChunk:
     def records(self) -> int:
         return len(self.numbers)
 
-    def line(self, index: int) -> bytes:
+    def line(self, index: SupportsIndex) -> bytes:
         return bytes(self.data[self.starts[index] : self.ends[index]])
 
 

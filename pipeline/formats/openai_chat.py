@@ -156,7 +156,7 @@ class Adapter(FormatAdapter):
             domain=domain,
             turns=turns,
             system=SystemPrompt(tools=tools, initial_state=first_user if text_game else None),
-            task=(task_line(first_user) or first_user) if text_game else first_user,
+            task=(task_line(first_user) or first_user) if text_game else first_user,  # type: ignore[arg-type]  # text_game: first_user is set
             outcome_reward=None if reward is None else float(reward),
             metadata=metadata,
             format=self.name,

@@ -79,7 +79,7 @@ class Adapter(FormatAdapter):
             metadata = raw.get("metadata") or {}
             if type(metadata) is not dict:
                 raise RecordError(f"turns[{index}].metadata: expected an object")
-            turns.append(Turn(action, observation, tool_name, is_error, metadata))
+            turns.append(Turn(action, observation, tool_name, is_error, metadata))  # type: ignore[arg-type]  # both str: require_text raised otherwise
         system = record.get("system") or {}
         if not isinstance(system, dict):
             raise RecordError("`system`: expected an object")

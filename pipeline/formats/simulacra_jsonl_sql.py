@@ -285,7 +285,7 @@ def _content_ids(checked: pa.Table, tools: dict[str, ToolSchemas], refused: set[
     tool names (each a contiguous run of its column)."""
     # The tools field, hashed once per distinct tool schemas; None when Python must read the line.
     prefixes = {text: hashlib.sha256(entry.field.encode()) if entry.usable else None for text, entry in tools.items()}
-    prefixes[None] = hashlib.sha256(b"N")
+    prefixes[None] = hashlib.sha256(b"N")  # type: ignore[index]  # None: a line without a tools field
     positions, digests = [], []
     for batch in checked.to_batches():
         columns = dict(zip(batch.schema.names, batch.columns))

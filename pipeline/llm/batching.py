@@ -192,6 +192,7 @@ class Scheduler:
         batch = None
         for part in self._prefill_after(list(by_prompt), by_prompt, None, 0):
             batch = part if batch is None else batch.join(part)
+        assert batch is not None  # the scheduler prefills only when it admitted rows
         return batch
 
     def _prefill_after(self, prompts: list[tuple[int, ...]], by_prompt: dict[tuple[int, ...], list[Row]], cache,
@@ -318,7 +319,7 @@ class Scheduler:
             return token, None
         # The model's own distribution, before sampling adjustments (vLLM's default too).
         logprobs = torch.log_softmax(raw, dim=-1)
-        top = ()
+        top: tuple[tuple[int, float], ...] = ()
         if s.top_logprobs:
             values, indices = logprobs.topk(s.top_logprobs)
             top = tuple((int(i), _finite(float(v))) for i, v in zip(indices, values))

@@ -28,7 +28,7 @@ from pipeline.store.database import Store
 
 
 def sampling_parameters(endpoint: EndpointConfig) -> dict[str, Any]:
-    parameters = {
+    parameters: dict[str, Any] = {
         "temperature": endpoint.temperature,
         "top_p": endpoint.top_p,
         "max_tokens": endpoint.max_tokens,

@@ -52,7 +52,7 @@ def _read_key(endpoint: EndpointConfig) -> str | None:
         from prefect.blocks.system import Secret
 
         try:
-            return str(Secret.load(endpoint.api_key_secret).get())
+            return str(Secret.load(endpoint.api_key_secret).get())  # type: ignore[union-attr]  # sync call: the block, not a coroutine
         except ValueError as exc:  # Prefect's "Unable to find block document named ..."
             raise MissingSecret(
                 f"api_key_secret: cannot read Prefect Secret block {endpoint.api_key_secret!r} ({exc}); "

@@ -15,6 +15,7 @@ What attention sees is a view of the filled part of each buffer. Anything that a
 """
 
 import inspect
+from typing import Any
 
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -27,7 +28,9 @@ class ReservedLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are views of buffers with room to grow."""
 
     def __init__(self):
-        self._key_buffer = self._value_buffer = None
+        # Tensors once the first keys arrive (update, the setters).
+        self._key_buffer: Any = None
+        self._value_buffer: Any = None
         # Filled lengths, one each: `crop` and friends assign keys, then values, each computed from its getter.
         self._keys_filled = self._values_filled = 0
         super().__init__()

@@ -30,12 +30,15 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.chat import ChatRequest, Completion
 from pipeline.llm.retry import EndpointError
 from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
+
+if TYPE_CHECKING:  # imported where used: it imports torch
+    from pipeline.llm.batching import Scheduler
 
 Send = Callable[[list[ChatRequest]], Awaitable[list[Completion]]]
 
@@ -103,7 +106,7 @@ class TransformersBackend:
         self.endpoint = endpoint
         self.batch_size = endpoint.batch_size
         self._loaded: tuple[Any, Any, list[int]] | None = None
-        self.scheduler = None  # the continuous batch of the open connection (its counters stay after it)
+        self.scheduler: Scheduler | None = None  # the continuous batch of the open connection (its counters stay after it)
 
     def __repr__(self) -> str:
         return f"TransformersBackend(model={self.endpoint.model!r})"

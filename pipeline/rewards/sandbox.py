@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.config.sandbox import SandboxConfig
 
@@ -149,6 +149,7 @@ def _launch(request: bytes, wall_timeout_s: float) -> _Streams:
     closed: set[int] = set()
     try:
         try:
+            assert process.stdin is not None  # stdin=subprocess.PIPE
             process.stdin.write(request)
             process.stdin.close()
         except BrokenPipeError:  # the launcher died before reading: its status says why
@@ -234,7 +235,7 @@ def _interpret(streams: _Streams, config: SandboxConfig, wall_s: float) -> Sandb
     output = streams.output.decode("utf-8", "replace")
     status_lines = streams.status.decode("utf-8", "replace").strip().splitlines()
     kind, _, detail = (status_lines[0] if status_lines else "").partition(" ")
-    common = {"report": streams.report, "output": output, "wall_s": wall_s}
+    common: dict[str, Any] = {"report": streams.report, "output": output, "wall_s": wall_s}
     if streams.timed_out:
         reason = f"wall timeout: still running after {config.wall_timeout_s:g} s, killed"
         return SandboxResult("timeout", reason, **common)

@@ -29,10 +29,13 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pipeline.rewards.json_agreement import json_agreement, parse_json, value_agreement
 from pipeline.rewards.observation_agreement import BINDING_SHARE, content_agreement, format_agreement
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 JSON_STEP = 0.25
 NOT_JSON_SHARE = 0.2  # of the text score, for a prediction that is not JSON where the reference is: below one step
@@ -87,7 +90,7 @@ class SemanticScorer:
 
     def __init__(self, batch_size: int = 64):
         self.batch_size = batch_size
-        self._model = None
+        self._model: SentenceTransformer | None = None
 
     def _embedder(self):
         if self._model is None:
@@ -109,10 +112,10 @@ class SemanticScorer:
 
     def similarities(self, pairs: Sequence[tuple[str, str, str]]) -> list[Similarity]:
         """One Similarity per (prediction, reference, action)."""
-        pairs = [ScoredPair(*pair) for pair in pairs]
-        results: list[Similarity | None] = [None] * len(pairs)
+        scored = [ScoredPair(*pair) for pair in pairs]
+        results: list[Similarity | None] = [None] * len(scored)
         textual = []
-        for index, pair in enumerate(pairs):
+        for index, pair in enumerate(scored):
             if not pair.reference.strip():
                 results[index] = Similarity(0.0 if pair.prediction.strip() else 1.0, "empty_reference")
             elif _same_text(pair.prediction, pair.reference):
@@ -124,9 +127,9 @@ class SemanticScorer:
                 results[index] = Similarity(math.floor(round(agreement / JSON_STEP, 9)) * JSON_STEP, "json_leaves")
             else:
                 textual.append(index)
-        cosines = self._cosines([pairs[i] for i in textual])
+        cosines = self._cosines([scored[i] for i in textual])
         for index, cosine in zip(textual, cosines):
-            prediction, reference, action = pairs[index]
+            prediction, reference, action = scored[index]
             value = min(1.0, max(0.0, CONTENT_SHARE * content_agreement(prediction, reference, action)
                                  + FORMAT_SHARE * format_agreement(prediction, reference) + EMBEDDING_SHARE * cosine))
             if is_json(reference):  # prose where the environment answers JSON: below every answer one step right

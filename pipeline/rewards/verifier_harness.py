@@ -50,7 +50,7 @@ def main() -> None:
     if not callable(verify):
         report("error", "verifier code defines no callable `verify`")
     try:
-        result = verify(prediction)
+        result = verify(prediction)  # type: ignore[operator]  # not callable: report() above has exited
     except BaseException as error:  # noqa: BLE001
         report("error", f"verify raised {describe(error)}")
     if type(result) is not bool:

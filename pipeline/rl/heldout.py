@@ -64,7 +64,7 @@ def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: 
     for index, (query, prediction) in enumerate(zip(queries, predictions)):
         parsed = fmt.parse(prediction["text"])
         kind = heldout_control(index)
-        by_kind.setdefault(kind, []).append(parsed.ok and obeys(kind, parsed.prediction, query.reference))
+        by_kind.setdefault(kind, []).append(parsed.ok and obeys(kind, parsed.prediction, query.reference))  # type: ignore[arg-type]  # ok: a prediction
     followed = [ok for oks in by_kind.values() for ok in oks]
     return {"queries": len(followed), "following_rate": sum(followed) / len(followed),
             "by_kind": {kind: sum(oks) / len(oks) for kind, oks in sorted(by_kind.items())}}

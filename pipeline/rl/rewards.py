@@ -31,12 +31,16 @@ their sandboxes in a thread.
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 from pipeline.config.rl import RewardConfig
 from pipeline.rewards.semantic import is_json
 from pipeline.rl.controls import obeys
 from pipeline.rl.prompts import RLPrompt
 from pipeline.sft.candidates import ParsedCandidate, parse_candidate, parse_direct
+
+if TYPE_CHECKING:
+    from pipeline.rewards.semantic import SemanticScorer
 
 SCALE = 25.0  # SPEC: the rubric reward is mean x 5 on 1-5 criteria; the rule reward's 0/1 scaled alike
 
@@ -72,7 +76,7 @@ class Rewards:
         self.config = config
         self.judge = judge  # pipeline/rl/judge.py RubricJudge for kind `llm`
         self.thinking = thinking  # the answer format the completions are read in
-        self._scorer = None
+        self._scorer: SemanticScorer | None = None
 
     @property
     def main_name(self) -> str:
@@ -133,7 +137,7 @@ class Rewards:
         for i, p in enumerate(parsed):
             prompt = self.prompts[prompt_index[i]]
             if p.ok and prompt.control:  # the reference lacks the fault: the instruction's rule scores it
-                rewards[i] = control_reward(prompt.control, p.prediction, prompt.reference)
+                rewards[i] = control_reward(prompt.control, p.prediction, prompt.reference)  # type: ignore[arg-type]  # ok: a prediction
         pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference, self.prompts[prompt_index[i]].action)
                  for i in usable]
         similarities = await asyncio.to_thread(self._similarities, pairs) if pairs else []
@@ -155,7 +159,8 @@ class Rewards:
         log_metric("prompts/control_rate", sum(1 for i in prompt_index if self.prompts[i].control) / len(prompt_index))
         controlled = [(p, self.prompts[i]) for p, i in zip(parsed, prompt_index) if self.prompts[i].control]
         if controlled:  # instruction-following by the rule of each kind, whichever judge rewards it
-            followed = sum(1 for p, prompt in controlled if p.ok and obeys(prompt.control, p.prediction, prompt.reference))
+            # cast: an ok candidate has a prediction.
+            followed = sum(1 for p, prompt in controlled if p.ok and obeys(prompt.control, cast(str, p.prediction), prompt.reference))
             log_metric("control/following_rate", followed / len(controlled))
 
     async def _rule(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float | None]:
@@ -167,9 +172,16 @@ class Rewards:
         verifiers = [None if self.prompts[i].control else self.prompts[i].verifier for i in prompt_index]
         # A completion without its tags has no prediction to verify: 0, as for the main reward.
         runnable = [i for i, (code, p) in enumerate(zip(verifiers, parsed)) if code is not None and p.ok]
-        outcomes = await asyncio.to_thread(
-            rule_rewards, [verifiers[i] for i in runnable], [parsed[i].prediction for i in runnable], self.config.sandbox
-        ) if runnable else []
+        outcomes = (
+            await asyncio.to_thread(
+                rule_rewards,
+                [verifiers[i] for i in runnable],
+                [parsed[i].prediction for i in runnable],  # type: ignore[misc]  # runnable: ok
+                self.config.sandbox,
+            )
+            if runnable
+            else []
+        )
         rewards: list[float | None] = [None if code is None else FAIL_REWARD for code in verifiers]
         for i, outcome in zip(runnable, outcomes):
             rewards[i] = outcome.reward

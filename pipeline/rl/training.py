@@ -194,7 +194,7 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
         # Measured from the start only: a resumed run's starting weights are the checkpoint's, not the base's.
         before = parameter_signature(trainer.model) if resume is None else None
         if resumed_from is not None and resumed_from >= config.rl.max_steps:
-            finish_without_training(trainer, resume)  # killed after its last checkpoint: nothing left to train
+            finish_without_training(trainer, resume)  # type: ignore[arg-type]  # resume: set with resumed_from. Killed after its last checkpoint: nothing left to train
         else:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     changed = None
@@ -203,12 +203,21 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
         changed = sum(1 for name, values in before.items() if after.get(name) != values)
     # Generation must stop where an observation ends, as after SFT.
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    eos = trainer.model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
+    # transformers types Trainer.model as a Module or None, whose attributes are tensors or modules.
+    eos = trainer.model.generation_config.eos_token_id  # type: ignore[union-attr]
+    eos = [eos] if isinstance(eos, int) else list(eos or [])  # type: ignore[arg-type]
+    trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]  # type: ignore[union-attr]
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     args = trainer.args
     completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
-    return GSPOOutcome(trainer.state.global_step, start.first_step, resumed_from, history, trainer.is_world_process_zero(),
-                       changed, len(before or {}), completions // args.num_generations)
+    return GSPOOutcome(
+        trainer.state.global_step,
+        start.first_step,
+        resumed_from,
+        history,
+        trainer.is_world_process_zero(),
+        changed,
+        len(before or {}),
+        completions // args.num_generations,  # type: ignore[attr-defined]  # a GRPOConfig
+    )

@@ -25,12 +25,15 @@ the oldest kept turn is dropped, one at a time, as SFT samples drop theirs (pipe
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pipeline.serving.prompt_formats import prompt_format as named_format
 from pipeline.serving.prompt_formats import world_model_messages
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 
 class ContextExhausted(RuntimeError):
@@ -121,7 +124,8 @@ class WorldModelEnvironment:
                                             self.thinking)
             try:
                 answer = self.client.chat.completions.create(
-                    model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                    model=self.model, messages=cast("list[ChatCompletionMessageParam]", messages),
+                    max_tokens=self.max_tokens, temperature=self.temperature,
                     seed=seed, extra_body={"chat_template_kwargs": {"enable_thinking": self.thinking}},
                 )
                 break

@@ -106,7 +106,7 @@ def choose(store) -> ExportChoice | None:
                             f"{candidates[0].stage}, the last training stage that ran: no checkpoint has a validation "
                             "score (validation.max_queries is 0, or the checkpoints predate it)")
     # Highest score first; among equals the later stage (TRAINING_STAGES is last first, and sorted() is stable).
-    ranked = sorted(scored, key=lambda c: -c.score)
+    ranked = sorted(scored, key=lambda c: -c.score)  # type: ignore[operator]  # scored: not None
     chosen, runner_up = ranked[0], (ranked[1] if len(ranked) > 1 else None)
     margin = None
     if runner_up is not None:

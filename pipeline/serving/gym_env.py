@@ -43,6 +43,7 @@ class TextOf(spaces.Text):
 
 class WorldModelEnv(gymnasium.Env[str, str]):
     metadata = {"render_modes": ["ansi"]}
+    observation_space: TextOf  # gymnasium declares a Space; this one has a max_length
 
     def __init__(self, base_url: str, model: str, domain: str, episode: EpisodeSpec, *,
                  prompt_format: str | None = None, max_history_chars: int | None = None, max_tokens: int = 512,

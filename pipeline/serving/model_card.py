@@ -135,7 +135,7 @@ def _model_index_results(facts: CardFacts) -> list[dict[str, Any]]:
 
 # The card's example: a small terminal trajectory, the same for every export so a reader can compare cards.
 EXAMPLE_DOMAIN = "terminal"
-EXAMPLE_SYSTEM = {"task_description": "Count the lines of notes.txt.", "action_space": "bash commands, one per action",
+EXAMPLE_SYSTEM: dict[str, Any] = {"task_description": "Count the lines of notes.txt.", "action_space": "bash commands, one per action",
                   "initial_state": "~/notes.txt holds three lines."}
 EXAMPLE_TURNS = (("ls", "notes.txt"),)
 EXAMPLE_ACTION = "wc -l notes.txt"

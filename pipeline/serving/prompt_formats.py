@@ -111,8 +111,8 @@ def part_messages(domain: str, system: SystemPrompt) -> list[dict[str, str]]:
     values = {"domain": domain, "task_description": system.task_description, "action_space": system.action_space,
               "initial_state": system.initial_state, "demonstrations": system.demonstrations,
               "simulation_instructions": system.simulation_instructions}
-    return [{"role": "system", "name": name, "content": values[name]} for name in SYSTEM_PART_NAMES
-            if values[name] is not None]
+    return [{"role": "system", "name": name, "content": content} for name in SYSTEM_PART_NAMES
+            if (content := values[name]) is not None]
 
 
 def world_model_messages(

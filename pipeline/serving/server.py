@@ -29,6 +29,8 @@ import time
 import uuid
 from typing import Any
 
+from pydantic_core import ErrorDetails
+
 from pipeline.llm.batching import Row, Sampling, Scheduler, Step, TokenLogprob
 from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFormat, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
@@ -54,7 +56,7 @@ def _error(status: int, message: str, param: str | None = None, code: str | None
     return JSONResponse(_error_body(status, message, param, code), status_code=status)
 
 
-def _validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
+def _validation_message(error: ErrorDetails) -> tuple[str, str | None]:
     field = ".".join(str(part) for part in error["loc"]) or None
     if error["type"] == "extra_forbidden":
         return f"unknown field `{field}`", field
@@ -83,22 +85,26 @@ def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, s
 
 def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dict[str, str]]:
     if request.messages is not None:
-        messages, parts, first_part = [], {}, None
+        messages: list[dict[str, str]] = []
+        parts: dict[str, str] = {}
+        first_part: int | None = None
         for index, message in enumerate(request.messages):
             try:
                 text = message.text()
             except ValueError as exc:
                 raise RequestError(400, f"field `messages.{index}.content`: {exc}", f"messages.{index}.content") from None
             if _is_part(message):
-                parts[message.name] = text
+                parts[message.name] = text  # type: ignore[index]  # a part message is named (_is_part)
                 first_part = len(messages) if first_part is None else first_part
                 continue
             messages.append({"role": message.world_model_role(), "content": text})
         if parts:
-            messages.insert(first_part, _system_from_parts(model, request, parts, thinking))
+            messages.insert(first_part, _system_from_parts(model, request, parts, thinking))  # type: ignore[arg-type]  # set with the first part
         return messages
     system = request.system.prompt() if request.system is not None else SystemPrompt()
     turns = [(turn.action, turn.observation) for turn in request.turns]
+    # The request's validator (_one_way_to_ask) requires domain and action when there are no messages.
+    assert request.domain is not None and request.action is not None
     return world_model_messages(model.format, request.domain, system, turns, request.action, request.control_instructions,
                                 thinking)
 
@@ -226,7 +232,7 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, Step]] = asyncio.Queue()
         rows = [Row(prepared.prompt, prepared.sampling, choice,
-                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),
+                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),  # type: ignore[misc, arg-type]  # a default-bound lambda; its Handle unused
                     streaming=prepared.request.stream)
                 for choice in range(prepared.request.n)]
         scheduler.submit(rows)

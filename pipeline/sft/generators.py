@@ -1,6 +1,7 @@
 """The configured generators and judge, built for one run: labels, clients, the retrieval index."""
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.config.sft import GeneratorConfig, JudgeConfig
 from pipeline.llm.cache import model_key
@@ -16,6 +17,9 @@ from pipeline.sft.sampling import (
     generator_prompt_digest,
     judge_files_digest,
 )
+
+if TYPE_CHECKING:
+    from pipeline.llm.chat import ChatAnswer
 
 
 def resolved_endpoint(endpoint, base_ref: str):
@@ -59,7 +63,7 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
     if config.rationale:
-        shaping = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
+        shaping: tuple[object, ...] = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
     else:
         shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
     return f"{endpoint.backend}:{model}#{digest(*shaping)}"
@@ -122,12 +126,12 @@ def _rationale_endpoint(endpoint, tokens: int, store, role: str):
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
         observed = observer.complete_sync([ChatRequest(observation_messages(query), sample_index=k) for query, k in items])
-        asked = [(i, ChatRequest(rationale_messages(query, observed[i].text), sample_index=k))
+        asked = [(i, ChatRequest(rationale_messages(query, observed[i].text), sample_index=k))  # type: ignore[arg-type]  # the if below: not None
                  for i, (query, k) in enumerate(items) if observed[i].text is not None]
         explained = dict(zip((i for i, _ in asked), explainer.complete_sync([request for _, request in asked])))
         texts = []
         for i, seen in enumerate(observed):
-            why = explained.get(i)
+            why: ChatAnswer = explained.get(i)  # type: ignore[assignment]  # None only where seen.text is, tested first
             if seen.text is None or why.text is None:
                 texts.append(GeneratedText(None, seen.error if seen.text is None else why.error))
                 continue

@@ -112,6 +112,7 @@ class Store:
 
     def _require_migrated(self) -> None:
         """A reader cannot migrate: a store an older version wrote must be opened for writing first."""
+        assert self._connection is not None  # called by .connection once it has opened it
         done = {row[0] for row in self._connection.execute("SELECT version FROM schema_migrations").fetchall()}
         pending = [f"{version} ({name})" for version, name, _ in MIGRATIONS if version not in done]
         if pending:
@@ -147,7 +148,7 @@ class Store:
 
     def table_fingerprint(self, relation: str, key_columns: str) -> str:
         """Order-independent digest of a relation's keys: changes when rows are added or removed."""
-        count, digest = self.connection.execute(
+        count, digest = self.connection.execute(  # type: ignore[misc]  # an aggregate: one row
             f"SELECT count(*), coalesce(bit_xor(hash({key_columns})), 0) FROM {relation}"
         ).fetchone()
         return f"{count}:{digest:x}"

@@ -28,8 +28,14 @@ import struct
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.store.atomic_files import publish_folder
+
+if TYPE_CHECKING:  # the mixin's base for the type checker only: it is mixed into a Trainer (below)
+    from transformers import Trainer as _MixedInto
+else:
+    _MixedInto = object
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +153,9 @@ def set_aside(folder: Path, reason: str) -> Path:
 
 
 def _step(folder: Path) -> int:
-    return int(CHECKPOINT.match(folder.name).group(1))
+    matched = CHECKPOINT.match(folder.name)
+    assert matched is not None, folder  # callers pass checkpoint-<step> folders only
+    return int(matched.group(1))
 
 
 def newest_complete_checkpoint(trainer_dir: Path) -> Path | None:
@@ -210,7 +218,7 @@ def finish_without_training(trainer, checkpoint: Path) -> None:
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE))
 
 
-class AtomicCheckpoints:
+class AtomicCheckpoints(_MixedInto):
     """Trainer mixin: each checkpoint is written under `staging/` and renamed into place when whole.
 
     The Trainer's own `_save_checkpoint` does all the writing (weights, optimizer, scheduler,

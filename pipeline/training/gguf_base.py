@@ -70,7 +70,7 @@ def packaged_gguf_file(name: str) -> Path:
         ) from None
     for entry in dist.files or []:
         if entry.name == file_name:
-            return Path(dist.locate_file(entry))
+            return Path(dist.locate_file(entry))  # type: ignore[arg-type]  # typeshed's SimplePath: a Path at run time
     raise UserFixableError(f"model.base: {distribution} is installed but holds no {file_name}: reinstall it")
 
 

@@ -28,13 +28,14 @@ unlabelled, 0 in `attention_mask` (which only counts tokens: it never reaches at
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from pipeline.training.sequences import IGNORE_INDEX
 
 
-def pack_rows(lengths: Sequence[int], capacity: int, seed: int) -> list[list[int]]:
+def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int, seed: int) -> list[list[int]]:
     """Sequence indices grouped in rows of at most `capacity` tokens, every index exactly once.
 
     Best-fit decreasing: longest first, each into the open row it fills most tightly (the row with
@@ -129,7 +130,7 @@ class PackedCollator:
 
         width = self._width(rows)
         shape = (len(rows), width)
-        batch = {
+        batch: dict[str, Any] = {  # tensors, and the two maximum lengths (ints)
             "input_ids": torch.full(shape, self.pad_token_id, dtype=torch.long),
             "labels": torch.full(shape, IGNORE_INDEX, dtype=torch.long),
             "shift_labels": torch.full(shape, IGNORE_INDEX, dtype=torch.long),

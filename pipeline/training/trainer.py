@@ -312,7 +312,7 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
         # stdout would bury the stage's own report.
         trainer.remove_callback(PrinterCallback)
         if resumed_from is not None and resumed_from >= settings.max_steps:
-            finish_without_training(trainer, resume)  # killed after its last checkpoint: nothing left to train
+            finish_without_training(trainer, resume)  # type: ignore[arg-type]  # resume: set with resumed_from. Killed after its last checkpoint: nothing left to train
         else:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     after = trainer.evaluate() if len(held_out) else {}

@@ -132,7 +132,9 @@ def score(queries: Sequence[Query], output_dir: Path, name: str, judge) -> dict[
     parsed = [fmt.parse(answer["text"]) for answer in recorded["answers"]]
     answered = [i for i, p in enumerate(parsed) if p.status not in NOT_ANSWERED]
     # Not in its format: scored as the empty observation, as evaluation scores it (its parse rate says why).
-    verdicts = judge.pointwise([PointwiseItem(queries[i], parsed[i].prediction if parsed[i].ok else "") for i in answered])
+    verdicts = judge.pointwise(
+        [PointwiseItem(queries[i], parsed[i].prediction if parsed[i].ok else "") for i in answered]  # type: ignore[arg-type]  # ok: a prediction
+    )
     rows = {q.query_id: {"status": p.status, "score": None} for q, p in zip(queries, parsed)}
     for i, verdict in zip(answered, verdicts):
         rows[queries[i].query_id]["score"] = (verdict.score - 1.0) / 4.0 * 100.0 if verdict.valid else None

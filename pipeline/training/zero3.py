@@ -26,7 +26,7 @@ def zero3_partitioned(parameters) -> list:
     note on tied embeddings). Compared by name, so telling a ZeRO-3 parameter needs no deepspeed import.
     A parameter passed twice (a tied head, a weight and its bias) is gathered once: ZeRO-3 mishandles
     duplicates in a gather list."""
-    found = {}
+    found: dict[int, object] = {}
     for parameter in parameters:
         if parameter is None or not hasattr(parameter, "ds_id"):
             continue
