@@ -44,8 +44,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = model_folder(args.model, Path(tmp))
         requests = [ChatRequest(r.messages, k) for r in demo_requests(args.queries) for k in range(args.samples)]
-        endpoint = EndpointConfig(backend="transformers", model=folder, temperature=0.8, max_tokens=args.max_tokens,
-                                  seed=0, batch_size=args.batch_size, device="cpu")
+        endpoint = EndpointConfig(
+            backend="transformers",
+            model=folder,
+            temperature=0.8,
+            max_tokens=args.max_tokens,
+            seed=0,
+            batch_size=args.batch_size,
+            device="cpu",
+        )
         results = {}
         for slots in args.in_flight:
             TransformersBackend.max_in_flight = slots
@@ -58,13 +65,19 @@ def main() -> None:
 
     first = args.in_flight[0]
     lengths = [a.completion_tokens for a in results[first][1]]
-    print(f"{len(requests)} sampled requests, batch size {args.batch_size}, max_tokens {args.max_tokens}, model {args.model}")
-    print(f"answer lengths (tokens): min {min(lengths)}, max {max(lengths)}, total {sum(lengths)}, "
-          f"at max_tokens {sum(n >= args.max_tokens for n in lengths)}")
+    print(
+        f"{len(requests)} sampled requests, batch size {args.batch_size}, max_tokens {args.max_tokens}, model {args.model}"
+    )
+    print(
+        f"answer lengths (tokens): min {min(lengths)}, max {max(lengths)}, total {sum(lengths)}, "
+        f"at max_tokens {sum(n >= args.max_tokens for n in lengths)}"
+    )
     for slots, (seconds, answers, largest) in results.items():
         same = sum(a.text == b.text for a, b in zip(answers, results[first][1]))
-        print(f"max_in_flight {slots}: {seconds:7.1f} s, {results[first][0] / seconds:.2f}x of {first}; "
-              f"largest batch {largest}; same answer for {same} of {len(requests)}")
+        print(
+            f"max_in_flight {slots}: {seconds:7.1f} s, {results[first][0] / seconds:.2f}x of {first}; "
+            f"largest batch {largest}; same answer for {same} of {len(requests)}"
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -118,7 +118,9 @@ def main() -> None:
         corpus = Path(tmp) / "text.txt"
         text = "\n".join(t.action + "\n" + t.observation for trajectory in trajectories for t in trajectory.turns)
         corpus.write_text(text, encoding="utf-8")
-        model_dir = build_tiny_model(TinyModelConfig(max_position_embeddings=options.max_length), [corpus], Path(tmp) / "tiny")
+        model_dir = build_tiny_model(
+            TinyModelConfig(max_position_embeddings=options.max_length), [corpus], Path(tmp) / "tiny"
+        )
         tokenizer = load_tokenizer(str(model_dir))
         builder = SequenceBuilder(tokenizer, options.max_length, options.seed)
         layouts = {"whole": whole_sequences(builder, trajectories), "naive": naive_sequences(builder, trajectories)}
@@ -132,8 +134,10 @@ def main() -> None:
             }
 
     turns = sum(len(t.turns) for t in trajectories)
-    print(f"{len(trajectories)} trajectories, {turns} turns ({turns / len(trajectories):.1f} per trajectory), "
-          f"tiny model, batch {options.batch_size}, one epoch each")
+    print(
+        f"{len(trajectories)} trajectories, {turns} turns ({turns / len(trajectories):.1f} per trajectory), "
+        f"tiny model, batch {options.batch_size}, one epoch each"
+    )
     print(f"{'layout':<7} {'sequences':>9} {'tokens':>10} {'label tokens':>12} {'epoch s':>8}")
     for name, f in figures.items():
         print(f"{name:<7} {f['sequences']:>9} {f['tokens']:>10} {f['labels']:>12} {f['seconds']:>8.2f}")

@@ -78,7 +78,9 @@ def main() -> None:
     print(f"{'variant':<8}{'window':>8}{'trainable':>14}{'median s/step':>15}{'ratio':>8}{'s per 1k tokens':>17}")
     for (name, length), series in times.items():
         median = statistics.median(series)
-        print(f"{name:<8}{length:>8}{variants[name][2]:>14,}{median:>15.2f}{median / reference:>8.2f}{median / length * 1000:>17.2f}")
+        print(
+            f"{name:<8}{length:>8}{variants[name][2]:>14,}{median:>15.2f}{median / reference:>8.2f}{median / length * 1000:>17.2f}"
+        )
 
 
 if __name__ == "__main__":

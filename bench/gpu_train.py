@@ -43,11 +43,31 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # Dense bf16 peak FLOP/s by device name (vendor data sheets, SXM parts, without sparsity).
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12, "A100": 312e12,
-             "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12}
-QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                 rope_theta=1_000_000, rms_norm_eps=1e-6, tie_word_embeddings=True)
+PEAK_BF16 = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "H800": 989e12,
+    "GH200": 989e12,
+    "B200": 2250e12,
+    "A100": 312e12,
+    "A800": 312e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "A10G": 70e12,
+}
+QWEN3_06B = dict(
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
 TARGET_TOKENS_PER_S = 80_000
 TARGET_PEAK_GIB = 40
 
@@ -55,10 +75,16 @@ TARGET_PEAK_GIB = 40
 def demo_config(workspace: Path, options, base: str | None):
     from pipeline.config import load_config
 
-    cpt = {"max_length": options.max_length, "micro_batch_rows": options.micro_batch_rows,
-           "tokens_per_step": options.tokens_per_step or options.micro_batch_rows * options.max_length,
-           "max_steps": options.steps, "save_steps": options.steps + 1,  # no checkpoint inside the timed steps
-           "gradient_checkpointing": options.gradient_checkpointing, "loss": options.loss, "learning_rate": 1e-4}
+    cpt = {
+        "max_length": options.max_length,
+        "micro_batch_rows": options.micro_batch_rows,
+        "tokens_per_step": options.tokens_per_step or options.micro_batch_rows * options.max_length,
+        "max_steps": options.steps,
+        "save_steps": options.steps + 1,  # no checkpoint inside the timed steps
+        "gradient_checkpointing": options.gradient_checkpointing,
+        "loss": options.loss,
+        "learning_rate": 1e-4,
+    }
     overrides = [{"workspace": {"path": str(workspace)}, "model": {"base": base}, "cpt": cpt}]
     return load_config(REPO / "data" / "configs" / "demo.yaml", overrides)
 
@@ -123,7 +149,9 @@ def model_flops_per_token(model_dir: Path, sequences_dir: Path) -> float:
     body = layers * (attention_params + mlp_params)
     sequences = ParquetSequences([sequences_dir / "train.parquet"])  # epoch 0's keep-ratio masks
     lengths = sequences.lengths().astype(np.float64)
-    labelled = sum(sum(1 for label in sequences[i]["labels"][1:] if label != IGNORE_INDEX) for i in range(len(sequences)))
+    labelled = sum(
+        sum(1 for label in sequences[i]["labels"][1:] if label != IGNORE_INDEX) for i in range(len(sequences))
+    )
     mean_context = float((lengths * (lengths + 1) / 2).sum() / lengths.sum())
     return 6 * body + 12 * layers * heads * head_dim * mean_context + 6 * vocab * hidden * labelled / lengths.sum()
 
@@ -185,14 +213,28 @@ def train_packed(config, model_dir: Path, sequences_dir: Path, workspace: Path, 
 
     timer = StepTimer(warmup_steps)
     run_dir = Path(tempfile.mkdtemp(prefix="packed-", dir=workspace))  # fresh: nothing to resume from
-    job = TrainingJob(stage="bench", progress_label="bench training steps", base_ref=str(model_dir),
-                      train_files=[sequences_dir / "train.parquet"], eval_files=[], trainer_dir=run_dir / "trainer",
-                      model_dir=run_dir / "model", settings=config.cpt, callbacks=[timer.callback])
+    job = TrainingJob(
+        stage="bench",
+        progress_label="bench training steps",
+        base_ref=str(model_dir),
+        train_files=[sequences_dir / "train.parquet"],
+        eval_files=[],
+        trainer_dir=run_dir / "trainer",
+        model_dir=run_dir / "model",
+        settings=config.cpt,
+        callbacks=[timer.callback],
+    )
     reset_peak_memory()
     outcome = train(config, job)
     shutil.rmtree(run_dir, ignore_errors=True)
-    return {"tokens_per_s": timer.tokens_per_second(), "peak_gib": peak_memory_gib(), "attention": outcome.attention,
-            "loss": outcome.loss, "tokens_per_step": outcome.tokens_per_step, "last_loss": outcome.loss_curve[-1][1]}
+    return {
+        "tokens_per_s": timer.tokens_per_second(),
+        "peak_gib": peak_memory_gib(),
+        "attention": outcome.attention,
+        "loss": outcome.loss,
+        "tokens_per_step": outcome.tokens_per_step,
+        "last_loss": outcome.loss_curve[-1][1],
+    }
 
 
 def train_padded(config, model_dir: Path, sequences_dir: Path, workspace: Path, warmup_steps: int) -> dict:
@@ -210,15 +252,30 @@ def train_padded(config, model_dir: Path, sequences_dir: Path, workspace: Path, 
     tokenizer = load_tokenizer(str(model_dir))
     on_cuda = torch.cuda.is_available()
     args = TrainingArguments(
-        output_dir=str(run_dir), max_steps=cpt.max_steps, per_device_train_batch_size=cpt.micro_batch_rows,
-        learning_rate=cpt.learning_rate, lr_scheduler_type="cosine", save_strategy="no", logging_steps=1,
-        use_cpu=not on_cuda, bf16=on_cuda, include_num_input_tokens_seen="non_padding", seed=cpt.seed,
-        remove_unused_columns=False, report_to="none", disable_tqdm=True,
+        output_dir=str(run_dir),
+        max_steps=cpt.max_steps,
+        per_device_train_batch_size=cpt.micro_batch_rows,
+        learning_rate=cpt.learning_rate,
+        lr_scheduler_type="cosine",
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=not on_cuda,
+        bf16=on_cuda,
+        include_num_input_tokens_seen="non_padding",
+        seed=cpt.seed,
+        remove_unused_columns=False,
+        report_to="none",
+        disable_tqdm=True,
     )
     model = load_causal_lm(str(model_dir), config.model.dtype, attn_implementation="sdpa")
-    trainer = Trainer(model=model, args=args, train_dataset=ParquetSequences([sequences_dir / "train.parquet"]),
-                      data_collator=PadCollator(tokenizer.pad_token_id), processing_class=tokenizer,
-                      callbacks=[timer.callback])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=ParquetSequences([sequences_dir / "train.parquet"]),
+        data_collator=PadCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[timer.callback],
+    )
     trainer.remove_callback(PrinterCallback)
     reset_peak_memory()
     trainer.train()
@@ -272,8 +329,15 @@ def check_packing(sequences_dir: Path, vocab_size: int, attention: str) -> tuple
 
     def model():
         torch.manual_seed(0)
-        config = Qwen3Config(vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=64)
+        config = Qwen3Config(
+            vocab_size=vocab_size,
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+        )
         config._attn_implementation = attention
         return Qwen3ForCausalLM(config).to(device, dtype)
 
@@ -312,9 +376,11 @@ def check_packing(sequences_dir: Path, vocab_size: int, attention: str) -> tuple
     relative = abs(loss.item() - expected.item()) / expected.item()
     matches = relative < loss_tolerance and worst < gradient_tolerance
     verdict = "ok" if matches else "MISMATCH"
-    return matches, (f"packing check ({attention}, {loss_kind}, {len(picked)} sequences in {len(rows)} rows): loss "
-            f"{loss.item():.5f} vs {expected.item():.5f} one by one, worst relative gradient difference {worst:.1e}: "
-            f"{verdict}")
+    return matches, (
+        f"packing check ({attention}, {loss_kind}, {len(picked)} sequences in {len(rows)} rows): loss "
+        f"{loss.item():.5f} vs {expected.item():.5f} one by one, worst relative gradient difference {worst:.1e}: "
+        f"{verdict}"
+    )
 
 
 def main() -> None:
@@ -333,9 +399,12 @@ def main() -> None:
     parser.add_argument("--compare-padded", action="store_true", help="Also time the pre-packing CPT path.")
     parser.add_argument("--workspace", type=Path, default=None, help="Kept between runs (default: a temporary one).")
     parser.add_argument("--peak-tflops", type=float, default=None, help="The GPU's dense bf16 peak, if not listed.")
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="Build the demo store and sequences into --workspace and stop (for a GPU machine "
-                        "that has the training packages only).")
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="Build the demo store and sequences into --workspace and stop (for a GPU machine "
+        "that has the training packages only).",
+    )
     options = parser.parse_args()
     if not 1 <= options.warmup_steps < options.steps:
         parser.error("need 1 <= --warmup-steps < --steps")
@@ -351,8 +420,10 @@ def main() -> None:
     model_dir = random_qwen3_06b(workspace, tiny_dir) if options.shape == "qwen3-0.6b" else tiny_dir
     config = demo_config(workspace, options, str(model_dir))
     device = torch.cuda.get_device_name() if on_cuda else "CPU"
-    print(f"{device}; {options.shape} model; max_length {options.max_length}; {options.micro_batch_rows} rows per "
-          f"micro-batch; gradient checkpointing {'on' if options.gradient_checkpointing else 'off'}")
+    print(
+        f"{device}; {options.shape} model; max_length {options.max_length}; {options.micro_batch_rows} rows per "
+        f"micro-batch; gradient checkpointing {'on' if options.gradient_checkpointing else 'off'}"
+    )
     from transformers import AutoConfig
 
     vocab_size = AutoConfig.from_pretrained(model_dir).vocab_size
@@ -364,14 +435,18 @@ def main() -> None:
             mismatched.append(attention)
 
     packed = train_packed(config, model_dir, sequences_dir, workspace, options.warmup_steps)
-    peak = options.peak_tflops * 1e12 if options.peak_tflops else next(
-        (flops for name, flops in PEAK_BF16.items() if on_cuda and name in device), None
+    peak = (
+        options.peak_tflops * 1e12
+        if options.peak_tflops
+        else next((flops for name, flops in PEAK_BF16.items() if on_cuda and name in device), None)
     )
     flops = model_flops_per_token(model_dir, sequences_dir)
     mfu = f"{packed['tokens_per_s'] * flops / peak:.1%}" if peak else "n/a (no bf16 peak known for this device)"
-    print(f"packed ({packed['attention']}, {packed['loss']} loss, {packed['tokens_per_step']} tokens/step): "
-          f"{packed['tokens_per_s']:,.0f} non-padding tokens/s, MFU {mfu}, peak memory {packed['peak_gib']:.1f} GiB "
-          f"{'(GPU, allocated)' if on_cuda else '(process RSS)'}, last loss {packed['last_loss']:.3f}")
+    print(
+        f"packed ({packed['attention']}, {packed['loss']} loss, {packed['tokens_per_step']} tokens/step): "
+        f"{packed['tokens_per_s']:,.0f} non-padding tokens/s, MFU {mfu}, peak memory {packed['peak_gib']:.1f} GiB "
+        f"{'(GPU, allocated)' if on_cuda else '(process RSS)'}, last loss {packed['last_loss']:.3f}"
+    )
     if on_cuda and options.shape == "qwen3-0.6b" and options.max_length == 2048:
         met = packed["tokens_per_s"] >= TARGET_TOKENS_PER_S and packed["peak_gib"] <= TARGET_PEAK_GIB
         print(f"target >= {TARGET_TOKENS_PER_S:,} tokens/s and <= {TARGET_PEAK_GIB} GiB: {'met' if met else 'NOT met'}")
@@ -382,13 +457,17 @@ def main() -> None:
             # The padded path holds full float32 logits: batches that fit packed need not fit padded.
             print(f"padded (before issue 9): out of GPU memory at {options.micro_batch_rows} sequences a batch")
         else:
-            print(f"padded (before issue 9): {padded['tokens_per_s']:,.0f} non-padding tokens/s, peak memory "
-                  f"{padded['peak_gib']:.1f} GiB")
+            print(
+                f"padded (before issue 9): {padded['tokens_per_s']:,.0f} non-padding tokens/s, peak memory "
+                f"{padded['peak_gib']:.1f} GiB"
+            )
             print(f"packed / padded: {packed['tokens_per_s'] / padded['tokens_per_s']:.2f}x non-padding tokens/s")
     if mismatched:
         # The throughput above is still measured; the exit status says the run is not sound.
-        sys.exit(f"packing check failed under {', '.join(mismatched)}: packed rows do not train what the "
-                 "sequences alone would")
+        sys.exit(
+            f"packing check failed under {', '.join(mismatched)}: packed rows do not train what the "
+            "sequences alone would"
+        )
 
 
 if __name__ == "__main__":

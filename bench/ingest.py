@@ -94,8 +94,10 @@ def main() -> None:
         print(f"simulacra ingest:         {ingest_s:7.2f} s  {turns / ingest_s:10,.0f} turns/s")
         print(f"simulacra filter:         {filter_s:7.2f} s  {turns / filter_s:10,.0f} turns/s")
         print(f"ingest + filter:          {ours:7.2f} s  {turns / ours:10,.0f} turns/s")
-        print(f"ratio ingest / floor:            {ingest_s / floor:.2f}x  "
-              f"({ingest_s / (floor + floor_close):.2f}x of the floor with its close, {floor + floor_close:.2f} s)")
+        print(
+            f"ratio ingest / floor:            {ingest_s / floor:.2f}x  "
+            f"({ingest_s / (floor + floor_close):.2f}x of the floor with its close, {floor + floor_close:.2f} s)"
+        )
         print(f"ratio (ingest + filter) / floor: {ours / floor:.2f}x  (target: <= 3x, and >= 50,000 turns/s)")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-STACK = "import torch, transformers, prefect, trl, peft, sentence_transformers; from transformers import LlamaForCausalLM"
+STACK = (
+    "import torch, transformers, prefect, trl, peft, sentence_transformers; from transformers import LlamaForCausalLM"
+)
 
 
 def makefile_value(name: str) -> str:
@@ -51,7 +53,9 @@ def install(venv: Path, compile_: bool) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", nargs="+", choices=["compile", "nocompile"], default=["nocompile", "compile", "nocompile"])
+    parser.add_argument(
+        "--runs", nargs="+", choices=["compile", "nocompile"], default=["nocompile", "compile", "nocompile"]
+    )
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,7 +66,9 @@ def main() -> None:
     baseline = next((t for r, t in results if r == "compile"), None)
     if baseline:
         for run, times in results:
-            print(f"{run:9s} install {times['install'] / baseline['install']:.2f}x, import {times['import'] / baseline['import']:.2f}x of the compiled install")
+            print(
+                f"{run:9s} install {times['install'] / baseline['install']:.2f}x, import {times['import'] / baseline['import']:.2f}x of the compiled install"
+            )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

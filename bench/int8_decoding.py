@@ -42,10 +42,12 @@ def timed_decoding(model, ids, steps: int) -> tuple[float, float]:
 def greedy(model, tokenizer, messages, tokens: int) -> list[int]:
     import torch
 
-    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=tokens, do_sample=False)
-    return out[0, ids.shape[1]:].tolist()
+    return out[0, ids.shape[1] :].tolist()
 
 
 def main() -> None:
@@ -67,7 +69,9 @@ def main() -> None:
         tokenizer = load_tokenizer(folder)
         models = {"float32": load_causal_lm(folder).eval()}
         models["int8"] = int8_weights(load_causal_lm(folder).eval())
-    ids = torch.randint(100, tokenizer.vocab_size - 100, (args.rows, args.prompt_tokens), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(
+        100, tokenizer.vocab_size - 100, (args.rows, args.prompt_tokens), generator=torch.Generator().manual_seed(0)
+    )
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
     for _ in range(2):
         for name, model in models.items():
@@ -83,9 +87,13 @@ def main() -> None:
     print(f"{args.rows} rows x {args.prompt_tokens} prompt tokens, {args.steps} greedy steps, model {args.model}")
     for name, runs in timings.items():
         prefill, step = min(p for p, _ in runs), min(s for _, s in runs)
-        print(f"{name:8s} prefill {prefill:6.2f} s ({prefill / base_prefill:.2f}x)  step {step * 1000:6.1f} ms ({step / base_step:.2f}x)")
-    print(f"greedy answers of {args.queries} demo queries: int8 follows float32 for {agreed} of {total} tokens "
-          f"before they part ({agreed / args.queries:.1f} a query)")
+        print(
+            f"{name:8s} prefill {prefill:6.2f} s ({prefill / base_prefill:.2f}x)  step {step * 1000:6.1f} ms ({step / base_step:.2f}x)"
+        )
+    print(
+        f"greedy answers of {args.queries} demo queries: int8 follows float32 for {agreed} of {total} tokens "
+        f"before they part ({agreed / args.queries:.1f} a query)"
+    )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -33,15 +33,22 @@ def _decode(model, cache, rows: int, prompt: int, steps: int) -> tuple[float, li
     ids = torch.randint(100, model.config.vocab_size - 100, (rows, prompt), generator=generator)
     mask = torch.ones_like(ids)
     with torch.inference_mode():
-        logits = model(input_ids=ids, attention_mask=mask, **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits
+        logits = model(
+            input_ids=ids, attention_mask=mask, **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1
+        ).logits
         token = logits[:, -1].argmax(-1, keepdim=True)
         first = [int(token[0])]
         start = time.perf_counter()
         for step in range(steps):
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)
             positions = torch.full((rows, 1), prompt + step)
-            logits = model(input_ids=token, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache},
-                           use_cache=True).logits
+            logits = model(
+                input_ids=token,
+                attention_mask=mask,
+                position_ids=positions,
+                **{cache_keyword(model): cache},
+                use_cache=True,
+            ).logits
             token = logits[:, -1].argmax(-1, keepdim=True)
             first.append(int(token[0]))
         return (time.perf_counter() - start) / steps, first
@@ -76,12 +83,16 @@ def main() -> None:
                 agree = agree and tokens["dynamic"] == tokens["reserved"]
     base_rows, base_prompt = shapes[0]
     reference = statistics.median(times[("dynamic", base_rows, base_prompt)])
-    print(f"{'cache':<10}{'rows':>6}{'prompt':>8}{'ms/step':>10}{'vs dynamic here':>17}{'vs dynamic ' + args.shapes[0]:>18}"
-          f"{'tokens/s':>10}")
+    print(
+        f"{'cache':<10}{'rows':>6}{'prompt':>8}{'ms/step':>10}{'vs dynamic here':>17}{'vs dynamic ' + args.shapes[0]:>18}"
+        f"{'tokens/s':>10}"
+    )
     for (name, rows, prompt), series in times.items():
         median = statistics.median(series)
         here = median / statistics.median(times[("dynamic", rows, prompt)])
-        print(f"{name:<10}{rows:>6}{prompt:>8}{median * 1000:>10.0f}{here:>17.2f}{median / reference:>18.2f}{rows / median:>10.1f}")
+        print(
+            f"{name:<10}{rows:>6}{prompt:>8}{median * 1000:>10.0f}{here:>17.2f}{median / reference:>18.2f}{rows / median:>10.1f}"
+        )
     print(f"same greedy tokens with both caches: {agree}")
 
 

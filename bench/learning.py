@@ -84,8 +84,14 @@ PUBLIC_PATHS = ("agentbench_alfworld", "react_alfworld", "mini_swe_agent")
 # SWE-agent's demonstrations are not among them by default).
 ITEMS_PER_PATH = 51
 # (section, field, factor): the demo's budgets scaled to a run long enough for each stage to move the scores.
-BUDGETS = (("cpt", "max_steps", 4), ("sft", "max_queries", 3), ("sft", "max_steps", 3), ("rl", "max_steps", 3),
-           ("rl", "max_prompts", 3), ("validation", "max_queries", 4))
+BUDGETS = (
+    ("cpt", "max_steps", 4),
+    ("sft", "max_queries", 3),
+    ("sft", "max_steps", 3),
+    ("rl", "max_steps", 3),
+    ("rl", "max_prompts", 3),
+    ("validation", "max_queries", 4),
+)
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
@@ -102,8 +108,10 @@ def public_data() -> list[str]:
     """The default `--data`: the public folders, or a one-line error where they are not beside the repository."""
     missing = [name for name in PUBLIC_PATHS if not (PUBLIC / name).is_dir()]
     if missing:
-        raise SystemExit(f"bench/learning.py: no public trajectories at {PUBLIC} (missing {', '.join(missing)}): "
-                         "put the shared data beside the repository, or give --data FILE...")
+        raise SystemExit(
+            f"bench/learning.py: no public trajectories at {PUBLIC} (missing {', '.join(missing)}): "
+            "put the shared data beside the repository, or give --data FILE..."
+        )
     return [str(PUBLIC / name) for name in PUBLIC_PATHS]
 
 
@@ -127,9 +135,15 @@ def bench_overrides(config_path: Path, workspace: Path, given: list[str]) -> lis
     overrides = [f"workspace.path={workspace}", *scaled_budgets(config_path, given)]
     config = load_config(config_path, [parse_override(text) for text in given])
     fields_given = _fields(given)
-    if config.evaluate.benchmark.max_history_chars is None and "evaluate.benchmark.max_history_chars" not in fields_given:
+    if (
+        config.evaluate.benchmark.max_history_chars is None
+        and "evaluate.benchmark.max_history_chars" not in fields_given
+    ):
         overrides.append(f"evaluate.benchmark.max_history_chars={config.evaluate.max_history_chars}")
-    if config.evaluate.benchmark.max_items_per_path is None and "evaluate.benchmark.max_items_per_path" not in fields_given:
+    if (
+        config.evaluate.benchmark.max_items_per_path is None
+        and "evaluate.benchmark.max_items_per_path" not in fields_given
+    ):
         overrides.append(f"evaluate.benchmark.max_items_per_path={ITEMS_PER_PATH}")
     return overrides + given  # the user's last: a field they set is theirs
 
@@ -146,8 +160,9 @@ def answer_budget(config_path: Path, overrides: list[str], data: list[str]) -> l
 
     config = load_config(config_path, [parse_override(text) for text in overrides])
     benchmark = config.evaluate.benchmark
-    items = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path,
-                           config.evaluate.seed).items
+    items = read_benchmark(
+        data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path, config.evaluate.seed
+    ).items
     tokenizer = load_tokenizer(base_model_ref(config), config.model.trust_remote_code)
     needed = percentile_95(answer_tokens(tokenizer, [item.query.reference for item in items]))
     return [f"evaluate.predictor.max_tokens={needed}"] if needed > config.evaluate.predictor.max_tokens else []
@@ -160,15 +175,20 @@ def run_stage(config_path: Path, overrides: list[str], command: list[str]) -> fl
     start = time.perf_counter()
     done = subprocess.run([*SIMULACRA, "--config", str(config_path), *options, *command], cwd=REPO)
     if done.returncode != 0:
-        print(f"bench/learning.py: `simulacra {command[0]}` exited {done.returncode}; rerun the same command to "
-              "continue (every stage resumes)", file=sys.stderr)
+        print(
+            f"bench/learning.py: `simulacra {command[0]}` exited {done.returncode}; rerun the same command to "
+            "continue (every stage resumes)",
+            file=sys.stderr,
+        )
         sys.exit(done.returncode)
     return time.perf_counter() - start
 
 
 def newest_report(workspace: Path, since: float) -> Path:
     """The report `simulacra evaluate` just wrote (runs/evaluate/<digest>/report.json)."""
-    reports = [path for path in (workspace / "runs" / "evaluate").glob("*/report.json") if path.stat().st_mtime >= since]
+    reports = [
+        path for path in (workspace / "runs" / "evaluate").glob("*/report.json") if path.stat().st_mtime >= since
+    ]
     if not reports:
         raise SystemExit("bench/learning.py: `simulacra evaluate` wrote no report.json")
     return max(reports, key=lambda path: path.stat().st_mtime)
@@ -210,8 +230,10 @@ def gains(evaluated: list[EvaluatedTargets], exported: str | None) -> dict[str, 
     over the base model and the retrieval baseline on the targets not seen in training; keyed `model vs other`."""
     wanted = [(f"{stage} vs {other}", stage, other, "score", "started from") for stage, other in GAINS]
     if exported is not None:
-        wanted += [(f"{EXPORTED} vs {BASE}", exported, BASE, "score_unseen", "base"),
-                   (f"{EXPORTED} vs {BASELINE}", exported, BASELINE, "score_unseen", "retrieval baseline")]
+        wanted += [
+            (f"{EXPORTED} vs {BASE}", exported, BASE, "score_unseen", "base"),
+            (f"{EXPORTED} vs {BASELINE}", exported, BASELINE, "score_unseen", "retrieval baseline"),
+        ]
     found = {}
     for name, stage, other, measure, relation in wanted:
         compared = paired(evaluated, stage, other, measure, relation)
@@ -236,9 +258,20 @@ def targets(found: dict[str, Comparison]) -> list[dict[str, Any]]:
             rows.append({"target": name, "verdict": "not measured", "difference": None, "low": None, "high": None})
             continue
         verdict = "met" if target_met(compared.difference, relation) else "missed"
-        rows.append({"target": name, "verdict": verdict, "model": compared.model, "compared_with": compared.compared_with,
-                     "measure": compared.measure, "difference": compared.difference.mean, "low": compared.difference.low,
-                     "high": compared.difference.high, "targets": compared.difference.n, "change": compared.change})
+        rows.append(
+            {
+                "target": name,
+                "verdict": verdict,
+                "model": compared.model,
+                "compared_with": compared.compared_with,
+                "measure": compared.measure,
+                "difference": compared.difference.mean,
+                "low": compared.difference.low,
+                "high": compared.difference.high,
+                "targets": compared.difference.n,
+                "change": compared.change,
+            }
+        )
     return rows
 
 
@@ -257,10 +290,16 @@ def validation_words(metrics: dict[str, Any]) -> str:
 def prompt_reward_words(metrics: dict[str, Any]) -> str:
     if metrics.get("prompt_reward_after") is None:
         return "no reward on its prompts"
-    change = Interval(metrics["prompt_reward_change"], metrics["prompt_reward_change_low"],
-                      metrics["prompt_reward_change_high"], metrics["prompt_reward_prompts"])
-    return (f"reward on its {metrics['prompt_reward_prompts']} prompts (greedy, 0-25) {metrics['prompt_reward_before']:.2f} "
-            f"-> {metrics['prompt_reward_after']:.2f}, {change_words(change, digits=2)}")
+    change = Interval(
+        metrics["prompt_reward_change"],
+        metrics["prompt_reward_change_low"],
+        metrics["prompt_reward_change_high"],
+        metrics["prompt_reward_prompts"],
+    )
+    return (
+        f"reward on its {metrics['prompt_reward_prompts']} prompts (greedy, 0-25) {metrics['prompt_reward_before']:.2f} "
+        f"-> {metrics['prompt_reward_after']:.2f}, {change_words(change, digits=2)}"
+    )
 
 
 def read_workspace(config_path: Path, overrides: list[str], evaluation_ids: list[str]):
@@ -272,7 +311,9 @@ def read_workspace(config_path: Path, overrides: list[str], evaluation_ids: list
     config = load_config(config_path, [parse_override(text) for text in overrides])
     with Store(config.workspace.database_path, read_only=True) as store:
         evaluated = evaluated_targets(store, evaluation_ids)
-        folders = {row["checkpoint_id"]: row["path"] for row in store.rows("SELECT checkpoint_id, path FROM checkpoints")}
+        folders = {
+            row["checkpoint_id"]: row["path"] for row in store.rows("SELECT checkpoint_id, path FROM checkpoints")
+        }
         exported = store.rows("SELECT metrics FROM checkpoints WHERE stage = 'export' ORDER BY created_at DESC LIMIT 1")
     export = exported[0]["metrics"] if exported else None
     return evaluated, folders, json.loads(export) if isinstance(export, str) else (export or {})
@@ -309,23 +350,38 @@ def print_tables(overall: list[dict[str, Any]], compared: list[dict[str, Any]], 
         _print_table(
             f"Against {name}, same run: difference (ratio); {lower}: lower is better",
             ["model", *METRICS],
-            [[entry["model"], *(_against(entry[f"vs_{reference}"][m], digits.get(m, 3)) for m in METRICS)]
-             for entry in compared],
+            [
+                [entry["model"], *(_against(entry[f"vs_{reference}"][m], digits.get(m, 3)) for m in METRICS)]
+                for entry in compared
+            ],
         )
 
 
-def print_learning(found: dict[str, Comparison], validation: dict[str, str], export: dict[str, Any],
-                   rl: dict[str, Any], met: list[dict[str, Any]]) -> None:
-    print("\nEach stage over the one it started from: the score (0-100) on the public targets, paired, 95% interval; "
-          "beside it, the stage's own validation change")
+def print_learning(
+    found: dict[str, Comparison],
+    validation: dict[str, str],
+    export: dict[str, Any],
+    rl: dict[str, Any],
+    met: list[dict[str, Any]],
+) -> None:
+    print(
+        "\nEach stage over the one it started from: the score (0-100) on the public targets, paired, 95% interval; "
+        "beside it, the stage's own validation change"
+    )
     for stage, other in GAINS:
         compared = found.get(f"{stage} vs {other}")
-        print(f"  {compared.words if compared else f'{stage} vs {other}: not evaluated'}  |  {validation.get(stage, '-')}")
+        print(
+            f"  {compared.words if compared else f'{stage} vs {other}: not evaluated'}  |  {validation.get(stage, '-')}"
+        )
     if export:
-        print(f"\nExported: {export.get('source_checkpoint')} ({export.get('source_stage')}), {export.get('chosen_by')}")
+        print(
+            f"\nExported: {export.get('source_checkpoint')} ({export.get('source_stage')}), {export.get('chosen_by')}"
+        )
         for other in (BASE, BASELINE):
             compared = found.get(f"{EXPORTED} vs {other}")
-            print(f"  on the targets not seen in training: {compared.words if compared else f'no {other} row to compare with'}")
+            print(
+                f"  on the targets not seen in training: {compared.words if compared else f'no {other} row to compare with'}"
+            )
     print(f"\nRL: reward curve {rl.get('rewards_png') or '(no rewards.png)'}; {rl['prompt_reward']}")
     print("\nTargets (issue 28; `>`: the interval's low end above 0, `>=`: its high end at or above 0):")
     for row in met:
@@ -334,13 +390,29 @@ def print_learning(found: dict[str, Comparison], validation: dict[str, str], exp
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", nargs="+", help=f"Benchmark files or folders every model is scored on (default: "
-                        f"{', '.join(PUBLIC_PATHS)} under {PUBLIC}).")
-    parser.add_argument("--workspace", type=Path, default=Path("bench-workspace/learning"),
-                        help="The bench's own workspace (relative to the repository root); never the demo's.")
-    parser.add_argument("--config", type=Path, default=Path("data/configs/demo.yaml"), help="The config whose budgets are scaled.")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="Override one field, as `simulacra --set` (repeatable); a budget set here is not scaled.")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        help=f"Benchmark files or folders every model is scored on (default: "
+        f"{', '.join(PUBLIC_PATHS)} under {PUBLIC}).",
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path("bench-workspace/learning"),
+        help="The bench's own workspace (relative to the repository root); never the demo's.",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=Path("data/configs/demo.yaml"), help="The config whose budgets are scaled."
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override one field, as `simulacra --set` (repeatable); a budget set here is not scaled.",
+    )
     args = parser.parse_args()
     config_path = args.config if args.config.is_absolute() else REPO / args.config
     workspace = (args.workspace if args.workspace.is_absolute() else REPO / args.workspace).resolve()
@@ -362,7 +434,9 @@ def main() -> int:
         print(f"\nfor the benchmark's p95 observation: {budget[0]}", flush=True)
     overrides += budget
     started = time.time()
-    seconds["evaluate"] = run_stage(config_path, overrides, ["evaluate", *(arg for name in data for arg in ("--data", name))])
+    seconds["evaluate"] = run_stage(
+        config_path, overrides, ["evaluate", *(arg for name in data for arg in ("--data", name))]
+    )
     report_path = newest_report(workspace, started)
     seconds["export"] = run_stage(config_path, overrides, ["export"])
     report = json.loads(report_path.read_text())
@@ -372,33 +446,63 @@ def main() -> int:
     by_stage = {row["stage"]: row for row in overall}
     exported = next((row["stage"] for row in overall if row["checkpoint_id"] == export.get("source_checkpoint")), None)
     found = gains(evaluated, exported)
-    runs = {stage: run_metrics(folders.get(by_stage[stage]["checkpoint_id"])) for stage in TRAINING if stage in by_stage}
+    runs = {
+        stage: run_metrics(folders.get(by_stage[stage]["checkpoint_id"])) for stage in TRAINING if stage in by_stage
+    }
     validation = {stage: validation_words(metrics) for stage, metrics in runs.items()}
     rl = runs.get("rl", {})
     rewards_png = None
     if rl.get("reward_plot") and Path(rl["reward_plot"]).is_file():
         rewards_png = workspace.with_suffix(".rewards.png")
         shutil.copyfile(rl["reward_plot"], rewards_png)
-    rl_summary = {"rewards_png": str(rewards_png) if rewards_png else None, "prompt_reward": prompt_reward_words(rl),
-                  **{key: value for key, value in rl.items() if key.startswith("prompt_reward")}}
+    rl_summary = {
+        "rewards_png": str(rewards_png) if rewards_png else None,
+        "prompt_reward": prompt_reward_words(rl),
+        **{key: value for key, value in rl.items() if key.startswith("prompt_reward")},
+    }
     met = targets(found)
 
     compared = comparison(overall)
     print_tables(overall, compared, report)
     print_learning(found, validation, export, rl_summary, met)
-    print("\nwall seconds: " + ", ".join(f"{stage} {value:.0f}" for stage, value in seconds.items())
-          + f"; total {sum(seconds.values()):.0f}")
+    print(
+        "\nwall seconds: "
+        + ", ".join(f"{stage} {value:.0f}" for stage, value in seconds.items())
+        + f"; total {sum(seconds.values()):.0f}"
+    )
     result_path = workspace.with_suffix(".json")
-    result_path.write_text(json.dumps(
-        {"config": str(config_path), "overrides": overrides, "data": data, "wall_seconds": seconds,
-         "eval_set": report["eval_set"], "judge": report["judge_caption"], "report": str(report_path),
-         "overall": [{key: row[key] for key in ("model", "stage", "queries", "checkpoint_id", *METRICS)} for row in overall],
-         "against": compared, "gains": {name: c.row() for name, c in found.items()},
-         "validation": {stage: {key: value for key, value in metrics.items() if key.startswith("val_")}
-                        for stage, metrics in runs.items()},
-         "export": {key: export.get(key) for key in ("source_checkpoint", "source_stage", "chosen_by", "choice")},
-         "rl": rl_summary, "targets": met, "table": report["table"]},
-        indent=2, default=str) + "\n")
+    result_path.write_text(
+        json.dumps(
+            {
+                "config": str(config_path),
+                "overrides": overrides,
+                "data": data,
+                "wall_seconds": seconds,
+                "eval_set": report["eval_set"],
+                "judge": report["judge_caption"],
+                "report": str(report_path),
+                "overall": [
+                    {key: row[key] for key in ("model", "stage", "queries", "checkpoint_id", *METRICS)}
+                    for row in overall
+                ],
+                "against": compared,
+                "gains": {name: c.row() for name, c in found.items()},
+                "validation": {
+                    stage: {key: value for key, value in metrics.items() if key.startswith("val_")}
+                    for stage, metrics in runs.items()
+                },
+                "export": {
+                    key: export.get(key) for key in ("source_checkpoint", "source_stage", "chosen_by", "choice")
+                },
+                "rl": rl_summary,
+                "targets": met,
+                "table": report["table"],
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     print(f"results: {result_path}; evaluation report: {report_path}")
     return 0
 

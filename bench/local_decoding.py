@@ -68,9 +68,17 @@ def main() -> None:
         folder = model_folder(args.model, Path(tmp))
         requests = demo_requests(args.queries)
         if len(requests) < args.queries:
-            raise SystemExit(f"the demo's terminal trajectories hold {len(requests)} queries, fewer than --queries {args.queries}")
-        endpoint = EndpointConfig(backend="transformers", model=folder, temperature=0.0, max_tokens=args.max_tokens,
-                                  batch_size=args.batch_size, device="cpu")
+            raise SystemExit(
+                f"the demo's terminal trajectories hold {len(requests)} queries, fewer than --queries {args.queries}"
+            )
+        endpoint = EndpointConfig(
+            backend="transformers",
+            model=folder,
+            temperature=0.0,
+            max_tokens=args.max_tokens,
+            batch_size=args.batch_size,
+            device="cpu",
+        )
         backend = TransformersBackend(endpoint)
         backend._load()  # before either clock
 
@@ -93,12 +101,16 @@ def main() -> None:
 
     lengths = [c.completion_tokens for c in one_call]
     same = sum(a.text == b.text for a, b in zip(one_call, rows))
-    print(f"{len(requests)} greedy requests, batch size {args.batch_size}, max_tokens {args.max_tokens}, model {args.model}")
+    print(
+        f"{len(requests)} greedy requests, batch size {args.batch_size}, max_tokens {args.max_tokens}, model {args.model}"
+    )
     print(f"answer lengths (tokens): min {min(lengths)}, max {max(lengths)}, total {sum(lengths)}")
     print(f"generate, one call a batch:  {generate_s:7.1f} s")
     print(f"continuous batching:         {continuous_s:7.1f} s")
-    print(f"ratio: {generate_s / continuous_s:.2f}x faster; same answer for {same} of {len(requests)}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"ratio: {generate_s / continuous_s:.2f}x faster; same answer for {same} of {len(requests)}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

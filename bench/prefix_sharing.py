@@ -26,7 +26,9 @@ from bench.base_model import add_model_argument, model_folder
 from bench.local_decoding import demo_requests
 
 
-def answer(backend, prompts: list[list[int]], max_tokens: int, min_shared_prefix: int | None) -> tuple[list[list[int]], int, float]:
+def answer(
+    backend, prompts: list[list[int]], max_tokens: int, min_shared_prefix: int | None
+) -> tuple[list[list[int]], int, float]:
     """Greedy answers to `prompts`, all admitted at once; (answers, prompt tokens prefilled, seconds)."""
     from pipeline.llm.batching import Row, Sampling, Scheduler
 
@@ -70,12 +72,16 @@ def main() -> None:
         shared, shared_tokens, shared_s = answer(backend, prompts, args.max_tokens, MIN_SHARED_PREFIX)
 
     same = sum(a == b for a, b in zip(whole, shared))
-    print(f"{len(prompts)} greedy requests at once, max_tokens {args.max_tokens}, model {args.model}; "
-          f"{sum(map(len, prompts))} prompt tokens, answers of {sum(map(len, whole))} tokens")
+    print(
+        f"{len(prompts)} greedy requests at once, max_tokens {args.max_tokens}, model {args.model}; "
+        f"{sum(map(len, prompts))} prompt tokens, answers of {sum(map(len, whole))} tokens"
+    )
     print(f"every prompt prefilled whole:  {whole_s:7.1f} s  ({whole_tokens} prompt tokens run)")
     print(f"common beginnings once:        {shared_s:7.1f} s  ({shared_tokens} prompt tokens run)")
-    print(f"ratio: {whole_s / shared_s:.2f}x faster; same answer for {same} of {len(prompts)}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"ratio: {whole_s / shared_s:.2f}x faster; same answer for {same} of {len(prompts)}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

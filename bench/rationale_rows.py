@@ -60,8 +60,15 @@ def main() -> None:
         requests = rationale_requests(args.queries, args.samples)
         results = {}
         for rows in args.rows:
-            endpoint = EndpointConfig(backend="transformers", model=folder, temperature=0.8, max_tokens=args.max_tokens,
-                                      seed=0, batch_size=rows, device="cpu")
+            endpoint = EndpointConfig(
+                backend="transformers",
+                model=folder,
+                temperature=0.8,
+                max_tokens=args.max_tokens,
+                seed=0,
+                batch_size=rows,
+                device="cpu",
+            )
             with Store(Path(tmp) / f"cache-{rows}.duckdb") as store:  # a cache of its own: nothing answered twice
                 client = open_client(endpoint, store, "bench")
                 client.backend._load()  # before the clock
@@ -74,8 +81,10 @@ def main() -> None:
     for rows, (seconds, answers) in results.items():
         same = sum(a.text == b.text for a, b in zip(answers, results[first][1]))
         tokens = sum(a.completion_tokens or 0 for a in answers)
-        print(f"{rows:3d} rows: {seconds:7.1f} s, {seconds / results[first][0]:.2f}x of {first} rows; {tokens} tokens; "
-              f"same answer for {same} of {len(requests)}")
+        print(
+            f"{rows:3d} rows: {seconds:7.1f} s, {seconds / results[first][0]:.2f}x of {first} rows; {tokens} tokens; "
+            f"same answer for {same} of {len(requests)}"
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

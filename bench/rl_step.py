@@ -75,6 +75,7 @@ def timed_steps(config, ref: str, prompts, trainer_dir: Path) -> tuple[list[dict
             finally:
                 if steps:
                     steps[-1][part] += time.perf_counter() - start
+
         return wrapper
 
     class TimedGSPO(GRPOTrainer):
@@ -96,9 +97,14 @@ def timed_steps(config, ref: str, prompts, trainer_dir: Path) -> tuple[list[dict
     model = load_causal_lm(ref, config.model.dtype, config.model.trust_remote_code)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
-    trainer = TimedGSPO(model=model, reward_funcs=rewards.functions(),
-                        args=grpo_arguments(config, trainer_dir, rewards.weights), train_dataset=_dataset(prompts),
-                        processing_class=tokenizer, callbacks=[StepClock()])
+    trainer = TimedGSPO(
+        model=model,
+        reward_funcs=rewards.functions(),
+        args=grpo_arguments(config, trainer_dir, rewards.weights),
+        train_dataset=_dataset(prompts),
+        processing_class=tokenizer,
+        callbacks=[StepClock()],
+    )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     return steps, [entry for entry in trainer.state.log_history if "reward" in entry]
@@ -106,9 +112,12 @@ def timed_steps(config, ref: str, prompts, trainer_dir: Path) -> tuple[list[dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="`tiny`, or model.base: a packaged name, GGUF file or HF folder")
-    parser.add_argument("--config", type=Path, default=REPO / "data" / "configs" / "demo.yaml",
-                        help="whose `rl` section sets the step")
+    parser.add_argument(
+        "--model", default="tiny", help="`tiny`, or model.base: a packaged name, GGUF file or HF folder"
+    )
+    parser.add_argument(
+        "--config", type=Path, default=REPO / "data" / "configs" / "demo.yaml", help="whose `rl` section sets the step"
+    )
     parser.add_argument("--steps", type=int, default=4, help="GSPO steps, the first a warm-up")
     parser.add_argument("--prompts", type=int, default=4, help="prompts the steps cycle through")
     args = parser.parse_args()
@@ -120,31 +129,48 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         # No checkpoint inside the timed steps, and the offline reward: the judge's endpoint is not the step's cost.
-        config = load_config(args.config, [{"workspace": {"path": str(scratch / "workspace")},
-                                            "rl": {"max_steps": args.steps, "save_steps": args.steps + 1,
-                                                   "reward": {"judge": {"kind": "semantic"}}}}])
+        config = load_config(
+            args.config,
+            [
+                {
+                    "workspace": {"path": str(scratch / "workspace")},
+                    "rl": {
+                        "max_steps": args.steps,
+                        "save_steps": args.steps + 1,
+                        "reward": {"judge": {"kind": "semantic"}},
+                    },
+                }
+            ],
+        )
         ref = model_ref(args.model, scratch)
         prompts = rl_prompts(config, args.prompts)
         steps, logged = timed_steps(config, ref, prompts, scratch / "trainer")
 
     rl = config.rl
     prompts_a_step = rl.per_device_batch_size * rl.gradient_accumulation_steps // rl.num_generations
-    print(f"GSPO steps of {args.model} ({args.config.name}): {rl.num_generations} completions of at most "
-          f"{rl.max_completion_length} tokens a prompt, {prompts_a_step} prompt(s) a step; step 1 a warm-up")
+    print(
+        f"GSPO steps of {args.model} ({args.config.name}): {rl.num_generations} completions of at most "
+        f"{rl.max_completion_length} tokens a prompt, {prompts_a_step} prompt(s) a step; step 1 a warm-up"
+    )
     print(f"{'step':>4}{'seconds':>9}{'generation':>12}{'rewards':>9}{'the rest':>10}{'completion tokens':>19}")
     logged += [{}] * (len(steps) - len(logged))  # TRL logs each optimizer step once (logging_steps 1)
     for number, (step, entry) in enumerate(zip(steps, logged), start=1):
         rest = step["seconds"] - sum(step[part] for part in PARTS)
         length = entry.get("completions/mean_length")
-        print(f"{number:>4}{step['seconds']:>9.2f}{step['generation']:>12.2f}{step['rewards']:>9.2f}{rest:>10.2f}"
-              f"{'-' if length is None else f'{length:.0f}':>19}")
+        print(
+            f"{number:>4}{step['seconds']:>9.2f}{step['generation']:>12.2f}{step['rewards']:>9.2f}{rest:>10.2f}"
+            f"{'-' if length is None else f'{length:.0f}':>19}"
+        )
     counted = steps[1:]
     total = sum(step["seconds"] for step in counted)
     shares = {part: sum(step[part] for step in counted) / total for part in PARTS}
     shares["the rest"] = 1.0 - sum(shares.values())
-    print(f"steps 2-{len(steps)}: median {statistics.median(step['seconds'] for step in counted):.2f} s a step; of the "
-          "step: " + ", ".join(f"{part} {share:.2f}" for part, share in shares.items())
-          + " (the rest: old log-probabilities, loss forward and backward, optimizer update)")
+    print(
+        f"steps 2-{len(steps)}: median {statistics.median(step['seconds'] for step in counted):.2f} s a step; of the "
+        "step: "
+        + ", ".join(f"{part} {share:.2f}" for part, share in shares.items())
+        + " (the rest: old log-probabilities, loss forward and backward, optimizer update)"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ def cpu_seconds() -> float:
 
 def answers_per_second(base_url: str, store_path: Path, requests: int, concurrency: int) -> tuple[float, float]:
     """Answers per second and the client's CPU milliseconds per answer."""
-    config = EndpointConfig(backend="openai", base_url=base_url, model="test-model", api_key_env=None,
-                            concurrency=concurrency)
+    config = EndpointConfig(
+        backend="openai", base_url=base_url, model="test-model", api_key_env=None, concurrency=concurrency
+    )
     asked = [ChatRequest(({"role": "user", "content": f"question {i} at {concurrency}"},)) for i in range(requests)]
     with Store(store_path) as store:
         client = open_client(config, store, "bench")
@@ -73,15 +74,21 @@ def main() -> None:
         base_url = server.stdout.readline().strip()
         load_before = os.getloadavg()[0]
         with tempfile.TemporaryDirectory() as scratch:
-            concurrent, concurrent_cpu = answers_per_second(base_url, Path(scratch) / "concurrent.duckdb", args.requests, args.concurrency)
+            concurrent, concurrent_cpu = answers_per_second(
+                base_url, Path(scratch) / "concurrent.duckdb", args.requests, args.concurrency
+            )
             serial, serial_cpu = answers_per_second(base_url, Path(scratch) / "serial.duckdb", args.serial_requests, 1)
         load_after = os.getloadavg()[0]
     finally:
         server.terminate()
         server.wait()
     print(f"server latency {args.latency * 1000:.0f} ms; load average {load_before:.2f} -> {load_after:.2f}")
-    print(f"concurrency {args.concurrency}: {args.requests} answers, {concurrent:.1f} answers/s, client CPU {concurrent_cpu:.1f} ms/answer")
-    print(f"one at a time:  {args.serial_requests} answers, {serial:.2f} answers/s, client CPU {serial_cpu:.1f} ms/answer")
+    print(
+        f"concurrency {args.concurrency}: {args.requests} answers, {concurrent:.1f} answers/s, client CPU {concurrent_cpu:.1f} ms/answer"
+    )
+    print(
+        f"one at a time:  {args.serial_requests} answers, {serial:.2f} answers/s, client CPU {serial_cpu:.1f} ms/answer"
+    )
     print(f"ratio {concurrent / serial:.1f}x (ideal {args.concurrency}x, target 25x)")
 
 

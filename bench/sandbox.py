@@ -39,7 +39,11 @@ def demo_verifications() -> list[tuple[str, str]]:
     """(verifier, reference observation) of every demo turn that has one, terminal then tools."""
     pairs = []
     for line in (DEMO / "terminal.jsonl").read_text().splitlines():
-        pairs += [(t["metadata"]["verifier"], t["observation"]) for t in json.loads(line)["turns"] if "verifier" in t.get("metadata", {})]
+        pairs += [
+            (t["metadata"]["verifier"], t["observation"])
+            for t in json.loads(line)["turns"]
+            if "verifier" in t.get("metadata", {})
+        ]
     for conversation in json.loads((DEMO / "tool_calls.json").read_text()):
         pairs += [(m["verifier"], m["content"]) for m in conversation["messages"] if "verifier" in m]
     return pairs
@@ -53,7 +57,11 @@ def children_cpu_s() -> float:
 def plain(pair: tuple[str, str]) -> bool:
     code, prediction = pair
     completed = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", code + CALL], input=prediction, capture_output=True, text=True, check=True
+        [sys.executable, "-I", "-S", "-B", "-c", code + CALL],
+        input=prediction,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return completed.stdout.strip() == "True"
 
@@ -85,11 +93,17 @@ def main() -> None:
         disagreements = [(o.status, o.reason) for o, b in zip(sandboxed, baseline) if (o.status == "pass") != b]
         raise SystemExit(f"sandboxed and plain verdicts disagree: {disagreements[:3]}")
     n = len(pairs)
-    print(f"{n} verifications of the demo's verifiers, {args.concurrency} at a time, on {os.cpu_count()} CPUs; "
-          f"{sum(passes)} pass in both")
-    print(f"sandboxed: {sandboxed_s:.2f} s, {n / sandboxed_s:.1f} verifications/s, "
-          f"{1000 * sandboxed_cpu / n:.1f} CPU-ms each")
-    print(f"plain python -I -S -c: {plain_s:.2f} s, {n / plain_s:.1f} verifications/s, {1000 * plain_cpu / n:.1f} CPU-ms each")
+    print(
+        f"{n} verifications of the demo's verifiers, {args.concurrency} at a time, on {os.cpu_count()} CPUs; "
+        f"{sum(passes)} pass in both"
+    )
+    print(
+        f"sandboxed: {sandboxed_s:.2f} s, {n / sandboxed_s:.1f} verifications/s, "
+        f"{1000 * sandboxed_cpu / n:.1f} CPU-ms each"
+    )
+    print(
+        f"plain python -I -S -c: {plain_s:.2f} s, {n / plain_s:.1f} verifications/s, {1000 * plain_cpu / n:.1f} CPU-ms each"
+    )
     print(f"ratio sandboxed / plain: {sandboxed_s / plain_s:.2f}x wall time, {sandboxed_cpu / plain_cpu:.2f}x CPU time")
 
 

@@ -47,8 +47,13 @@ def export_tiny(root: Path) -> Path:
     from pipeline.training.tiny_model import build_tiny_model
 
     model = build_tiny_model(TinyModelConfig(), [REPO / "data/demo/terminal.jsonl"], root / "tiny")
-    return write_export(model, root / "export", prompt_format("cpt"),
-                        {"model_name": "bench-world-model", "fingerprint": "bench", "context_length": 1024}, "# bench\n")
+    return write_export(
+        model,
+        root / "export",
+        prompt_format("cpt"),
+        {"model_name": "bench-world-model", "fingerprint": "bench", "context_length": 1024},
+        "# bench\n",
+    )
 
 
 def start(engine: str, folder: Path, port: int) -> tuple[subprocess.Popen, str]:
@@ -56,11 +61,23 @@ def start(engine: str, folder: Path, port: int) -> tuple[subprocess.Popen, str]:
         command = [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port), "--device", "cpu"]
         name = __import__("json").loads((folder / "simulacra.json").read_text())["model_name"]
     else:
-        command = [str(Path(sys.executable).with_name("transformers")), "serve", str(folder), "--port", str(port),
-                   "--device", "cpu"] + (["--continuous-batching"] if engine == "transformers-cb" else [])
+        command = [
+            str(Path(sys.executable).with_name("transformers")),
+            "serve",
+            str(folder),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ] + (["--continuous-batching"] if engine == "transformers-cb" else [])
         name = str(folder)
-    process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while True:
         try:
@@ -86,8 +103,9 @@ def run(client: OpenAI, name: str, engine: str, concurrency: int, requests: int,
                 if next(counter, None) is None:
                     return
             began = time.perf_counter()
-            answer = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=max_tokens,
-                                                    temperature=0, extra_body=extra)
+            answer = client.chat.completions.create(
+                model=name, messages=MESSAGES, max_tokens=max_tokens, temperature=0, extra_body=extra
+            )
             with lock:
                 latencies.append(time.perf_counter() - began)
                 tokens[0] += answer.usage.completion_tokens
@@ -106,8 +124,9 @@ def run(client: OpenAI, name: str, engine: str, concurrency: int, requests: int,
 def streamed_rate(client: OpenAI, name: str, engine: str, max_tokens: int) -> float:
     extra = {"ignore_eos": True} if engine == "simulacra" else {}
     stamps = []
-    for chunk in client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=max_tokens, temperature=0,
-                                                stream=True, extra_body=extra):
+    for chunk in client.chat.completions.create(
+        model=name, messages=MESSAGES, max_tokens=max_tokens, temperature=0, stream=True, extra_body=extra
+    ):
         if chunk.choices and chunk.choices[0].delta.content:
             stamps.append(time.perf_counter())
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
@@ -131,8 +150,10 @@ def main() -> None:
             base = results[1][0]
             print(f"engine {args.engine}, {args.max_tokens} tokens per answer, load {os.getloadavg()[0]:.1f}")
             for concurrency, (rate, p50, p95) in results.items():
-                print(f"  {concurrency:>2} clients: {rate:7.1f} tokens/s  ({rate / base:4.1f}x one client)  "
-                      f"latency p50 {p50:6.2f} s  p95 {p95:6.2f} s")
+                print(
+                    f"  {concurrency:>2} clients: {rate:7.1f} tokens/s  ({rate / base:4.1f}x one client)  "
+                    f"latency p50 {p50:6.2f} s  p95 {p95:6.2f} s"
+                )
             print(f"  streamed: {streamed_rate(client, name, args.engine, 4 * args.max_tokens):.1f} tokens/s")
         finally:
             process.terminate()

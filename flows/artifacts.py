@@ -82,8 +82,11 @@ def publish_stage(stage: str, fingerprint: str, result: StageResult) -> None:
         if Path(path).is_file():
             named = stage_key(stage, key)
             words = named.removeprefix(f"{stage}-").replace("-", " ")
-            create_image_artifact(image_url=_png_data_uri(Path(path)), key=named + ("-plot" if named in tables else ""),
-                                  description=f"{stage}: plot of the {words}")
+            create_image_artifact(
+                image_url=_png_data_uri(Path(path)),
+                key=named + ("-plot" if named in tables else ""),
+                description=f"{stage}: plot of the {words}",
+            )
     create_markdown_artifact(
         markdown=summary_markdown(stage, fingerprint, result),
         key=stage_key(stage, "summary"),

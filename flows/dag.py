@@ -165,4 +165,3 @@ def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutc
 def config_stages(config: SimulacraConfig, stages: Sequence[str] | None) -> list[str]:
     """The stages a run asked for, or else the config's `orchestration.stages`."""
     return list(stages) if stages else list(config.orchestration.stages)
-

@@ -56,7 +56,10 @@ def _stage_module(stage: str):
     return importlib.import_module(f"stages.{stage}")
 
 
-@flow(name="gpu-stage", description="Train one GPU stage from the files the pipeline prepared (orchestration.gpu_deployment).")
+@flow(
+    name="gpu-stage",
+    description="Train one GPU stage from the files the pipeline prepared (orchestration.gpu_deployment).",
+)
 def gpu_stage(stage: GpuStageName, config: dict[str, Any], plan: str) -> str:
     """Train one GPU stage on this worker from files only; the pipeline that dispatched it records the result.
 

@@ -13,7 +13,9 @@ from flows.stored_parameters import pipeline_flow
 
 
 def stage_flow(stage: str) -> Flow:
-    @pipeline_flow(name=stage, description=f"Run the {stage} stage alone (skipped if its fingerprint already completed).")
+    @pipeline_flow(
+        name=stage, description=f"Run the {stage} stage alone (skipped if its fingerprint already completed)."
+    )
     def run_one_stage(
         config_path: str = "",
         workspace: str = "",

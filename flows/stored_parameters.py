@@ -39,9 +39,13 @@ def pipeline_flow(**options: Any) -> Callable[[Callable[..., Any]], PipelineFlow
 def _run_config(parameters: dict[str, Any]):
     """The config the run will use; the defaults' when it does not resolve (the run then fails on its own)."""
     try:
-        return resolve_config(parameters.get("config_path", ""), parameters.get("overrides", ()),
-                              parameters.get("base_model", ""), parameters.get("max_steps", 0),
-                              parameters.get("workspace", ""))
+        return resolve_config(
+            parameters.get("config_path", ""),
+            parameters.get("overrides", ()),
+            parameters.get("base_model", ""),
+            parameters.get("max_steps", 0),
+            parameters.get("workspace", ""),
+        )
     except ConfigError:
         return load_config(None, [])
 

@@ -104,7 +104,9 @@ def _report(result) -> None:
 @app.command()
 def ingest(
     paths: Annotated[list[str] | None, typer.Argument(help="Files, folders, globs or hf://name[:split].")] = None,
-    format_name: Annotated[str | None, typer.Option("--format", help="Force an adapter (see `simulacra formats`).")] = None,
+    format_name: Annotated[
+        str | None, typer.Option("--format", help="Force an adapter (see `simulacra formats`).")
+    ] = None,
     source: Annotated[str | None, typer.Option(help="Source name to record (default: the path's name).")] = None,
     domain: Annotated[str | None, typer.Option(help="Domain for every trajectory read (default: inferred).")] = None,
     rescan: Annotated[bool, typer.Option(help="Re-read files already ingested with the same content.")] = False,
@@ -118,16 +120,20 @@ def ingest(
         raise typer.Exit(2)
     with _store() as store:
         try:
-            result = stage.run(config, store, paths=paths, format_name=format_name, source_name=source,
-                               domain=domain, rescan=rescan)
+            result = stage.run(
+                config, store, paths=paths, format_name=format_name, source_name=source, domain=domain, rescan=rescan
+            )
         except (FileNotFoundError, ValueError) as exc:
             console.print(f"[red]ingest:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     _report(result)
     not_read = result.metrics["paths_not_read"]
     if not_read:  # what was read is kept; the rest needs the user (permissions), then a rerun adds it
-        console.print(f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: make them readable and rerun",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: make them readable and rerun",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
 
 
@@ -222,25 +228,43 @@ def export_checkpoint() -> None:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
     ctx: typer.Context,
-    checkpoint: Annotated[Path, typer.Argument(help="An exported folder (`simulacra export` prints where it wrote it).")],
-    host: Annotated[str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")] = "127.0.0.1",
+    checkpoint: Annotated[
+        Path, typer.Argument(help="An exported folder (`simulacra export` prints where it wrote it).")
+    ],
+    host: Annotated[
+        str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    engine: Annotated[str, typer.Option(help="embedded (this project's server: CPU or one GPU) or vllm (GPUs; the "
-                                        "gpu extra). Arguments after `--` go to vLLM.")] = "embedded",
-    device: Annotated[str, typer.Option(help="Embedded engine: auto (a GPU when there is one), cpu, cuda, cuda:1 ...")] = "auto",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="embedded (this project's server: CPU or one GPU) or vllm (GPUs; the "
+            "gpu extra). Arguments after `--` go to vLLM."
+        ),
+    ] = "embedded",
+    device: Annotated[
+        str, typer.Option(help="Embedded engine: auto (a GPU when there is one), cpu, cuda, cuda:1 ...")
+    ] = "auto",
     max_tokens: Annotated[int, typer.Option(help="Token budget of an answer whose request sets none.")] = 1024,
-    max_batch: Annotated[int, typer.Option(min=1, help="Embedded engine: most sequences decoded together (each "
-                                           "choice of a request is one).")] = 32,
-    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body in MiB, refused (413) before "
-                                               "it is read.")] = 4.0,
+    max_batch: Annotated[
+        int,
+        typer.Option(min=1, help="Embedded engine: most sequences decoded together (each choice of a request is one)."),
+    ] = 32,
+    max_body_mb: Annotated[
+        float, typer.Option(min=0.001, help="Largest request body in MiB, refused (413) before it is read.")
+    ] = 4.0,
 ) -> None:
     """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
     /v1/models, /health."""
     from pipeline.serving.export_folder import METADATA_FILE
 
     if not (checkpoint / METADATA_FILE).is_file():
-        console.print(f"[red]serve:[/red] {checkpoint} is not an exported world model (no {METADATA_FILE}): "
-                      "run `simulacra export` and pass the folder it prints", highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]serve:[/red] {checkpoint} is not an exported world model (no {METADATA_FILE}): "
+            "run `simulacra export` and pass the folder it prints",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     if engine == "vllm":
         from pipeline.serving.vllm_engine import run_vllm
@@ -248,8 +272,11 @@ def serve(
         raise typer.Exit(run_vllm(checkpoint.resolve(), host, port, ctx.args))
     if engine != "embedded" or ctx.args:
         reason = f"unknown engine `{engine}`" if engine != "embedded" else f"unexpected arguments {' '.join(ctx.args)}"
-        console.print(f"[red]serve:[/red] {reason}: --engine is embedded or vllm, and only vllm takes arguments after "
-                      "`--`", highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]serve:[/red] {reason}: --engine is embedded or vllm, and only vllm takes arguments after `--`",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     from pipeline.serving.server import serve as run_server
 
@@ -259,22 +286,38 @@ def serve(
 @app.command("openenv")
 def openenv_serve(
     domain: Annotated[str, typer.Option(help="The domain the world model simulates: terminal, mcp, web, ...")],
-    world_model: Annotated[str, typer.Option(help="The /v1 URL of the world model's endpoint (`simulacra serve` "
-                                             "or vLLM).")] = "http://127.0.0.1:8000/v1",
-    episode: Annotated[Path | None, typer.Option(help="YAML mapping of the episode every reset starts unless it "
-                                                 "gives its own: task, action_space, initial_state, verifier, "
-                                                 "success_pattern, max_steps, ...")] = None,
-    host: Annotated[str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")] = "127.0.0.1",
+    world_model: Annotated[
+        str, typer.Option(help="The /v1 URL of the world model's endpoint (`simulacra serve` or vLLM).")
+    ] = "http://127.0.0.1:8000/v1",
+    episode: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML mapping of the episode every reset starts unless it "
+            "gives its own: task, action_space, initial_state, verifier, "
+            "success_pattern, max_steps, ..."
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8001,
-    model: Annotated[str | None, typer.Option(help="The served model's name; by default the endpoint's only one.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="The served model's name; by default the endpoint's only one.")
+    ] = None,
     max_sessions: Annotated[int, typer.Option(min=1, help="Most WebSocket sessions (episodes) at once.")] = 8,
     max_tokens: Annotated[int, typer.Option(min=1, help="Token budget of each simulated observation.")] = 512,
-    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of the world model; episodes "
-                                               "replay from their seed.")] = 1.0,
-    prompt_format: Annotated[str | None, typer.Option(help="For vLLM: the prompt format the export recorded "
-                                                      "(simulacra.json); `simulacra serve` says it itself.")] = None,
-    max_history_chars: Annotated[int | None, typer.Option(help="For vLLM: the history budget the export "
-                                                          "recorded (simulacra.json).")] = None,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, help="Sampling temperature of the world model; episodes replay from their seed.")
+    ] = 1.0,
+    prompt_format: Annotated[
+        str | None,
+        typer.Option(
+            help="For vLLM: the prompt format the export recorded (simulacra.json); `simulacra serve` says it itself."
+        ),
+    ] = None,
+    max_history_chars: Annotated[
+        int | None, typer.Option(help="For vLLM: the history budget the export recorded (simulacra.json).")
+    ] = None,
 ) -> None:
     """Serve a world-model endpoint as an OpenEnv environment: HTTP and WebSocket, for OpenEnv's EnvClient."""
     from pipeline.store.schema import DOMAINS
@@ -284,9 +327,19 @@ def openenv_serve(
     from pipeline.serving import openenv_env
 
     default = openenv_env.read_episode(episode) if episode is not None else None
-    openenv_env.serve(world_model, domain, default, host, port, model=model, prompt_format=prompt_format,
-                      max_history_chars=max_history_chars, max_sessions=max_sessions, max_tokens=max_tokens,
-                      temperature=temperature)
+    openenv_env.serve(
+        world_model,
+        domain,
+        default,
+        host,
+        port,
+        model=model,
+        prompt_format=prompt_format,
+        max_history_chars=max_history_chars,
+        max_sessions=max_sessions,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
 
 
 class ListOptions(TyperCommand):
@@ -327,17 +380,26 @@ def repeat_list_options(args: list[str], names: tuple[str, ...]) -> list[str]:
 def evaluate(
     checkpoint: Annotated[
         list[str] | None,
-        typer.Option("--checkpoint", help="Model folders to evaluate (several after one --checkpoint, or it repeated); default: "
-                     "the base model and every stage's newest checkpoint."),
+        typer.Option(
+            "--checkpoint",
+            help="Model folders to evaluate (several after one --checkpoint, or it repeated); default: "
+            "the base model and every stage's newest checkpoint.",
+        ),
     ] = None,
     data: Annotated[
         list[str] | None,
-        typer.Option("--data", help="Evaluate on these benchmark files or folders (AgentWorldBench rows, or any format ingest "
-                     "reads; several after one --data): their marked target turns as given, their own system prompts; "
-                     "nothing is ingested."),
+        typer.Option(
+            "--data",
+            help="Evaluate on these benchmark files or folders (AgentWorldBench rows, or any format ingest "
+            "reads; several after one --data): their marked target turns as given, their own system prompts; "
+            "nothing is ingested.",
+        ),
     ] = None,
     thinking: Annotated[
-        bool, typer.Option("--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints).")
+        bool,
+        typer.Option(
+            "--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints)."
+        ),
     ] = False,
 ) -> None:
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
@@ -351,22 +413,50 @@ def evaluate(
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
     # Every mean is printed with its 95% interval over targets, as lm-evaluation-harness prints a stderr (issue 28).
-    _print_rows(out, rows, f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
-                f"`score_macro` the mean over domains, each with its 95% interval ({result.metrics['eval_set']})",
-                ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate"))
+    _print_rows(
+        out,
+        rows,
+        f"judge: {judge_caption(judge)}; scores (raw - 1) / 4 x 100, `score` sample-weighted, "
+        f"`score_macro` the mean over domains, each with its 95% interval ({result.metrics['eval_set']})",
+        ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty", "parse_rate"),
+    )
     if any(row[name] is not None for row in rows for name in CRITERIA):  # the similarity judge scores no criteria
         _print_rows(out, rows, "the judge's criteria (0-100)", ("model", "domain", *CRITERIA))
-    _print_rows(out, rows, "judge-free metrics (observation_ce token-weighted, its interval of the mean per-target CE)",
-                ("model", "domain", "observation_ce", "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match",
-                 "exact", "line_agreement", "json_valid"))
+    _print_rows(
+        out,
+        rows,
+        "judge-free metrics (observation_ce token-weighted, its interval of the mean per-target CE)",
+        (
+            "model",
+            "domain",
+            "observation_ce",
+            "perplexity",
+            "ce_rows",
+            "semantic_match",
+            "rouge_l",
+            "exact_match",
+            "exact",
+            "line_agreement",
+            "json_valid",
+        ),
+    )
     overall = [row for row in result.tables["evaluate-comparisons"] if row["domain"] == "all"]
     if overall:
-        _print_rows(out, overall, "paired comparisons, all domains (model - compared_with on the targets both scored, 95% "
-                    "interval; observation_ce lower is better; per domain in report.json)",
-                    ("model", "compared_with", "relation", "measure", "change", "verdict", "targets"))
+        _print_rows(
+            out,
+            overall,
+            "paired comparisons, all domains (model - compared_with on the targets both scored, 95% "
+            "interval; observation_ce lower is better; per domain in report.json)",
+            ("model", "compared_with", "relation", "measure", "change", "verdict", "targets"),
+        )
     correlated = result.tables["evaluate-correlations"]
-    _print_rows(out, correlated, "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
-                "valid judgement, every model pooled)", tuple(correlated[0]))
+    _print_rows(
+        out,
+        correlated,
+        "Spearman rho, judge score vs each judge-free metric (judged rows: parsed answers with a "
+        "valid judgement, every model pooled)",
+        tuple(correlated[0]),
+    )
     _report(result)
     console.print(f"plot and report: {result.output_path}", highlight=False)
 
@@ -377,8 +467,13 @@ def _print_rows(out: Console, rows: list[dict[str, Any]], title: str, columns: t
 
     table = Table(*columns, title=title)
     for row in rows:
-        table.add_row(*(with_interval(row, c) or ("-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float)
-                        else str(row[c])) for c in columns))
+        table.add_row(
+            *(
+                with_interval(row, c)
+                or ("-" if row[c] is None else f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]))
+                for c in columns
+            )
+        )
     out.print(table)
 
 
@@ -419,7 +514,9 @@ def stats(as_json: Annotated[bool, typer.Option("--json", help="Print the number
 
 @app.command("config")
 def show_config(
-    defaults: Annotated[bool, typer.Option("--defaults", help="Print the defaults with every field's description.")] = False,
+    defaults: Annotated[
+        bool, typer.Option("--defaults", help="Print the defaults with every field's description.")
+    ] = False,
 ) -> None:
     """Validate and print the effective configuration (or the documented defaults)."""
     import yaml
@@ -446,7 +543,9 @@ def _documented_defaults(instance, indent: int = 0) -> str:
             lines.append(f"{pad}{name}:")
             lines.append(_documented_defaults(value, indent + 1))
         else:
-            dumped = yaml.safe_dump({name: _plain(value)}, sort_keys=False, default_flow_style=False, width=1000).rstrip()
+            dumped = yaml.safe_dump(
+                {name: _plain(value)}, sort_keys=False, default_flow_style=False, width=1000
+            ).rstrip()
             lines.extend(pad + line for line in dumped.splitlines())
     return "\n".join(lines)
 
@@ -507,7 +606,9 @@ def run_pipeline(
         raise typer.Exit(1)
 
 
-server_app = typer.Typer(help="A local Prefect server (UI) and process worker for this workspace.", no_args_is_help=True)
+server_app = typer.Typer(
+    help="A local Prefect server (UI) and process worker for this workspace.", no_args_is_help=True
+)
 app.add_typer(server_app, name="server")
 
 
@@ -517,7 +618,9 @@ def server_start(
     gpu_slots: Annotated[int, typer.Option(help="Slots of the `gpu` concurrency limit: GPUs on this machine.")] = 1,
     project_dir: Annotated[
         Path | None,
-        typer.Option(help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."),
+        typer.Option(
+            help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."
+        ),
     ] = None,
 ) -> None:
     """Start the server and a worker in the background, create the pools, deploy deploy/prefect.yaml.
@@ -541,7 +644,9 @@ def server_start(
     except ServerError as exc:
         console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    console.print(f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`")
+    console.print(
+        f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`"
+    )
     console.print(f"flow runs execute in {project} and write {config.workspace.root}")
     console.print(f"export PREFECT_API_URL={server.api_url} to use the prefect CLI against it; logs in {server.home}")
 
@@ -561,6 +666,7 @@ def server_status() -> None:
     from pipeline.orchestration.prefect_server import LocalServer
 
     print(json.dumps(LocalServer.of_workspace(_config().workspace.prefect_home).status(), indent=2))
+
 
 if __name__ == "__main__":
     sys.exit(app())

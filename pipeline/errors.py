@@ -54,7 +54,8 @@ def watch_for_interrupts() -> None:
     DuckDB checks for signals while a query runs, and one ctrl-C in 27 ended `ingest` with status 0, the
     file read to its end (issue 29.3). A process started with ctrl-C ignored (`nohup`) keeps ignoring it."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
-        signal.default_int_handler, _count_and_raise
+        signal.default_int_handler,
+        _count_and_raise,
     ):
         signal.signal(signal.SIGINT, _count_and_raise)
 

@@ -44,7 +44,16 @@ from pipeline.store.schema import THOUGHT
 # recomputed. 2: the `thought` category.
 SCORER_VERSION = "2"
 # The columns of a scored turn, in `turn_scores` order (before the version and config tags).
-SCORE_COLUMNS = ["trajectory_id", "turn_index", "overlap", "novelty", "jaccard", "length_ratio", "category", "keep_ratio"]
+SCORE_COLUMNS = [
+    "trajectory_id",
+    "turn_index",
+    "overlap",
+    "novelty",
+    "jaccard",
+    "length_ratio",
+    "category",
+    "keep_ratio",
+]
 
 WORD = re.compile(r"\w+")
 WORD_RUST = r"[\p{L}\p{N}_]+"  # the same class in the syntax of the regex crate (polars)

@@ -25,7 +25,9 @@ def share_bars(path: Path, title: str, shares: Mapping[str, Mapping[str, float]]
     axes.set_xlabel(xlabel)
     axes.set_title(title)
     axes.invert_yaxis()
-    axes.legend(loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=min(len(parts), 7), fontsize="small", frameon=False)
+    axes.legend(
+        loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=min(len(parts), 7), fontsize="small", frameon=False
+    )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

@@ -40,8 +40,15 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[..., 
     """Yields `advance(n, status=None)`; a status is shown after the description (the LLM client's
     done/cached/failed/tokens line). A bar on a terminal, `ProgressLines` anywhere else."""
     # Elapsed and remaining (the ETA, from the pace so far): on 2 cores a stage of the demo takes minutes.
-    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn()]
+    columns = [
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    ]
     console = Console(stderr=True)
     lines = None if console.is_terminal else ProgressLines(description, total, console.print)
     with Progress(*columns, transient=True, console=console, disable=lines is not None) as progress:
@@ -92,8 +99,11 @@ class ProgressLines:
     def line(self, completed: int, now: float, status: str | None = None) -> str:
         elapsed = now - self.started
         rate = completed / elapsed if elapsed > 0 else 0.0
-        parts = [f"{completed}/{self.total} ({100 * completed / self.total:.0f}%)" if self.total else f"{completed} done",
-                 f"{rate:.3g}/s", f"elapsed {_clock_time(elapsed)}"]
+        parts = [
+            f"{completed}/{self.total} ({100 * completed / self.total:.0f}%)" if self.total else f"{completed} done",
+            f"{rate:.3g}/s",
+            f"elapsed {_clock_time(elapsed)}",
+        ]
         if self.total and completed < self.total and rate > 0:
             parts.append(f"eta {_clock_time((self.total - completed) / rate)}")
         text = f"{self.description}: {', '.join(parts)}"

@@ -130,8 +130,14 @@ def _plan(config, store) -> Plan:
     base_ref = base_model_ref(config)
     _ensure_base_model(config, snapshot, base_ref)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.cpt.output_dir)
-    return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file(),
-                keep_resume_checkpoints=config.workspace.keep_resume_checkpoints)
+    return Plan(
+        output_dir,
+        snapshot,
+        fingerprint,
+        base_ref,
+        done=(output_dir / METRICS_FILE).is_file(),
+        keep_resume_checkpoints=config.workspace.keep_resume_checkpoints,
+    )
 
 
 def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
@@ -156,7 +162,9 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
                 counted["trajectory_tokens"] += len(window.input_ids)
                 counted["trajectory_label_tokens"] += _labelled(window)
         if not counted["trajectory_sequences"]:
-            raise RuntimeError("the cpt pool produced no sequence with a label (every keep ratio 0, or every turn too long)")
+            raise RuntimeError(
+                "the cpt pool produced no sequence with a label (every keep ratio 0, or every turn too long)"
+            )
         # The ratio counts loss tokens (epoch 0's masks; later epochs draw as many in expectation).
         documents = mix_world_knowledge(
             builder, cpt.world_knowledge, counted["trajectory_label_tokens"], cpt.world_knowledge_token_ratio, cpt.seed
@@ -169,7 +177,9 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
     with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
         for trajectory in read_pool(plan.snapshot_dir, "val"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
-            windows, _ = builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True)
+            windows, _ = builder.trajectory_sequences(
+                trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True
+            )
             for window in windows[: cpt.eval_max_sequences - counted["eval_sequences"]]:
                 held_out.write(window)
                 counted["eval_sequences"] += 1
@@ -240,7 +250,9 @@ def _train(config, plan: Plan) -> dict[str, Any]:
     }
 
 
-def _plot(path: Path, curve: list[tuple[int, float]], before: float | None, after: float | None, final_step: int) -> None:
+def _plot(
+    path: Path, curve: list[tuple[int, float]], before: float | None, after: float | None, final_step: int
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -299,7 +311,8 @@ def _summary(metrics: dict[str, Any]) -> str:
     scored = summary_words(metrics)
     return (
         f"{metrics['global_step']} steps on {metrics['trajectory_sequences']} trajectory windows "
-        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}" + (f"; {scored}" if scored else "")
+        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}"
+        + (f"; {scored}" if scored else "")
     )
 
 
@@ -313,7 +326,9 @@ def prepare(config, store) -> Plan:
         tokenizer, _ = shared_trainer.load_tokenizer_with_chatml(config, plan.base_ref)
         _build_sequences(config, plan, tokenizer)
         validation.write_targets(plan.output_dir, validation.choose(store, config))
-        validation.check_budget(config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir), 0)
+        validation.check_budget(
+            config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir), 0
+        )
     return plan
 
 
@@ -330,8 +345,13 @@ def train(config, plan: Plan) -> None:
         return
     write_model_format(plan.model_dir, NON_THINKING)
     # The base model and the trained one, each asked in CPT's format (the base has no other).
-    measured = validation.measure(config, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
-                                  plan.output_dir, (plan.base_ref, NON_THINKING), (str(plan.model_dir), NON_THINKING))
+    measured = validation.measure(
+        config,
+        validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+        plan.output_dir,
+        (plan.base_ref, NON_THINKING),
+        (str(plan.model_dir), NON_THINKING),
+    )
     stats = json.loads((plan.sequences_dir / STATS_FILE).read_text())
     curve = trained.pop("loss_curve")
     metrics = {

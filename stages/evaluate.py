@@ -146,8 +146,14 @@ def _eval_targets(store) -> list[tuple[str, int]]:
 
 def _query_digest(query: Query) -> str:
     """What the model is shown and scored against (not the history's scores, which only CPT uses)."""
-    shown = (query.query_id, query.domain, repr(query.system), [(t.action, t.observation) for t in query.history],
-             query.action, query.reference)
+    shown = (
+        query.query_id,
+        query.domain,
+        repr(query.system),
+        [(t.action, t.observation) for t in query.history],
+        query.action,
+        query.reference,
+    )
     return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
 
 
@@ -156,10 +162,23 @@ def _eval_set_fingerprint(config, store, queries: list[Query], items: dict[str, 
     asked, how they are measured; and the training pools, which decide which targets count as seen."""
     evaluate = config.evaluate
     predictor = evaluate.predictor
-    asked = (predictor.backend, predictor.temperature, predictor.top_p, predictor.max_tokens, predictor.seed,
-             evaluate.max_history_chars, evaluate.benchmark.max_history_chars)
-    measured = (evaluate.teacher_forcing, evaluate.max_length, evaluate.semantic_match_threshold,
-                evaluate.exclude_empty_generations, code_version(STAGE), pools_fingerprint(store, TRAINING_POOLS))
+    asked = (
+        predictor.backend,
+        predictor.temperature,
+        predictor.top_p,
+        predictor.max_tokens,
+        predictor.seed,
+        evaluate.max_history_chars,
+        evaluate.benchmark.max_history_chars,
+    )
+    measured = (
+        evaluate.teacher_forcing,
+        evaluate.max_length,
+        evaluate.semantic_match_threshold,
+        evaluate.exclude_empty_generations,
+        code_version(STAGE),
+        pools_fingerprint(store, TRAINING_POOLS),
+    )
     own = sorted((query_id, item.system_prompt, item.response_marker) for query_id, item in items.items())
     return digest("eval-set", [_query_digest(q) for q in queries], own, asked, measured)
 
@@ -175,20 +194,35 @@ def _benchmark_items(config, data: list[str]) -> tuple[list[BenchmarkItem], dict
     filters, no pools, no re-chosen targets; every item scored unless `benchmark.max_items_per_path` takes a
     seeded share of each path (`max_queries` is the eval pool's budget)."""
     benchmark = config.evaluate.benchmark
-    read = read_benchmark(data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path,
-                          config.evaluate.seed)
-    counts = {"records_read": read.records_read, "records_failed": read.records_failed, "duplicates": read.duplicates,
-              "items_read": len(read.items) + read.capped, "items": len(read.items),
-              "targets_designated": read.designated, "targets_every_turn": read.every_turn}
-    budget = (f"; {len(read.items)} of {len(read.items) + read.capped} kept, at most {benchmark.max_items_per_path} a "
-              f"path (seed {config.evaluate.seed})" if benchmark.max_items_per_path is not None else "")
-    name = (f"{', '.join(data)} ({read.records_read} records, {read.records_failed} failed to parse, {read.duplicates} "
-            f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none"
-            f"{budget})")
+    read = read_benchmark(
+        data, benchmark.target_field, benchmark.max_history_chars, benchmark.max_items_per_path, config.evaluate.seed
+    )
+    counts = {
+        "records_read": read.records_read,
+        "records_failed": read.records_failed,
+        "duplicates": read.duplicates,
+        "items_read": len(read.items) + read.capped,
+        "items": len(read.items),
+        "targets_designated": read.designated,
+        "targets_every_turn": read.every_turn,
+    }
+    budget = (
+        f"; {len(read.items)} of {len(read.items) + read.capped} kept, at most {benchmark.max_items_per_path} a "
+        f"path (seed {config.evaluate.seed})"
+        if benchmark.max_items_per_path is not None
+        else ""
+    )
+    name = (
+        f"{', '.join(data)} ({read.records_read} records, {read.records_failed} failed to parse, {read.duplicates} "
+        f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none"
+        f"{budget})"
+    )
     if not read.items:
         failures = f" (e.g. {read.failures[0]})" if read.failures else ""
-        raise EvaluationInputError(f"no target turns to evaluate in the files {', '.join(data)}: {read.records_read} "
-                                   f"records read, {read.records_failed} failed to parse{failures}")
+        raise EvaluationInputError(
+            f"no target turns to evaluate in the files {', '.join(data)}: {read.records_read} "
+            f"records read, {read.records_failed} failed to parse{failures}"
+        )
     return read.items, counts, name
 
 
@@ -207,10 +241,18 @@ def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path
         queries = _pool_queries(config, store, snapshot)
         name = EVAL_POOL
         if not queries:
-            raise EvaluationInputError("no target turns to evaluate in the eval pool (run `simulacra split`, with an eval share)")
+            raise EvaluationInputError(
+                "no target turns to evaluate in the eval pool (run `simulacra split`, with an eval share)"
+            )
     seen = seen_in_training(store, queries)
-    eval_set = EvalSet(f"{name}, {len(queries)} target turns ({len(seen)} seen in training)", queries,
-                       _eval_set_fingerprint(config, store, queries, items), seen, items, counts)
+    eval_set = EvalSet(
+        f"{name}, {len(queries)} target turns ({len(seen)} seen in training)",
+        queries,
+        _eval_set_fingerprint(config, store, queries, items),
+        seen,
+        items,
+        counts,
+    )
     return eval_set, snapshot
 
 
@@ -230,7 +272,9 @@ def _base_model(config) -> EvaluatedModel | None:
 
 
 def _registered(store) -> list[dict[str, Any]]:
-    rows = store.rows("SELECT checkpoint_id, stage, fingerprint, path FROM checkpoints ORDER BY created_at DESC, checkpoint_id")
+    rows = store.rows(
+        "SELECT checkpoint_id, stage, fingerprint, path FROM checkpoints ORDER BY created_at DESC, checkpoint_id"
+    )
     return [row for row in rows if _is_model_folder(row["path"])]
 
 
@@ -238,8 +282,14 @@ def _of_registered(row: dict[str, Any]) -> EvaluatedModel:
     """A registered checkpoint, asked in the answer format it was trained in (its `answer_format.json`)."""
     from pipeline.prompts.answer_format import model_format
 
-    return EvaluatedModel(row["checkpoint_id"], row["stage"], row["stage"], row["path"],
-                          model_format(row["path"], row["stage"]).name, row["fingerprint"])
+    return EvaluatedModel(
+        row["checkpoint_id"],
+        row["stage"],
+        row["stage"],
+        row["path"],
+        model_format(row["path"], row["stage"]).name,
+        row["fingerprint"],
+    )
 
 
 def default_models(config, store) -> list[EvaluatedModel]:
@@ -278,7 +328,9 @@ def named_models(config, store, paths: list[str], thinking: bool) -> list[Evalua
             # A folder that records its answer format is asked in it; otherwise `--thinking` decides.
             recorded = local and (Path(resolved) / FORMAT_FILE).is_file()
             fmt = model_format(resolved, None).name if recorded else (THINKING if thinking else NON_THINKING)
-            models.append(EvaluatedModel(f"path-{identity}", label, "external", resolved if local else path, fmt, identity))
+            models.append(
+                EvaluatedModel(f"path-{identity}", label, "external", resolved if local else path, fmt, identity)
+            )
         else:
             raise EvaluationInputError(f"--checkpoint {path}: not a model folder (no config.json there)")
     return models
@@ -313,7 +365,9 @@ EMPTY_GENERATION = "empty_generation"
 UNSCORED = ("generation_failed", EMPTY_GENERATION)
 
 
-def _predict(config, store, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], snapshot: Path) -> list[Prediction]:
+def _predict(
+    config, store, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], snapshot: Path
+) -> list[Prediction]:
     if model.prompt_format == RETRIEVAL:
         from pipeline.sft.retrieval import RetrievalIndex
 
@@ -322,8 +376,9 @@ def _predict(config, store, model: EvaluatedModel, eval_set: EvalSet, queries: l
     from pipeline.llm.client import ChatRequest, open_client
 
     client = open_client(_predictor_endpoint(config, model), store, f"evaluate.{model.stage}")
-    answers = client.complete_sync([ChatRequest(query_messages(query, model.prompt_format, eval_set.system_prompt(query)))
-                                    for query in queries])
+    answers = client.complete_sync(
+        [ChatRequest(query_messages(query, model.prompt_format, eval_set.system_prompt(query))) for query in queries]
+    )
     client.check_failures()
     predictions = []
     for answer in answers:
@@ -374,7 +429,9 @@ class Scorer:
         self.rouge = RougeL()
         self.threshold = evaluate.semantic_match_threshold
 
-    def rows(self, queries: list[Query], predictions: list[Prediction], markers: list[str | None] | None = None) -> list[dict[str, Any]]:
+    def rows(
+        self, queries: list[Query], predictions: list[Prediction], markers: list[str | None] | None = None
+    ) -> list[dict[str, Any]]:
         """One rule for every model (issue 17, item 10): the judge and the metrics score the observation an
         answer yields, and an answer that yields none (a thinking answer without a closed `<think>`
         block) yields the empty observation, scored as one, as a non-thinking answer of whitespace is.
@@ -387,34 +444,83 @@ class Scorer:
 
         markers = markers or [None] * len(queries)
         queries = [replace(q, reference=strip_marker(q.reference, m)) if m else q for q, m in zip(queries, markers)]
-        answered = {i: strip_marker(p.observation or "", markers[i]) for i, p in enumerate(predictions) if p.status not in UNSCORED}
-        verdicts = dict(zip(answered, self.judge.pointwise([PointwiseItem(queries[i], text) for i, text in answered.items()])))
+        answered = {
+            i: strip_marker(p.observation or "", markers[i])
+            for i, p in enumerate(predictions)
+            if p.status not in UNSCORED
+        }
+        verdicts = dict(
+            zip(answered, self.judge.pointwise([PointwiseItem(queries[i], text) for i, text in answered.items()]))
+        )
         if self.kind == "semantic":  # the similarity judge's score is 1 + 4 x the similarity: not computed twice
             similarities = {i: (verdicts[i].score - 1.0) / 4.0 for i in answered}
         else:
-            similarities = dict(zip(answered, (s.value for s in self.similarity.similarities(
-                [(text, queries[i].reference, queries[i].action) for i, text in answered.items()]))))
+            similarities = dict(
+                zip(
+                    answered,
+                    (
+                        s.value
+                        for s in self.similarity.similarities(
+                            [(text, queries[i].reference, queries[i].action) for i, text in answered.items()]
+                        )
+                    ),
+                )
+            )
         rows = []
         for i, (query, prediction) in enumerate(zip(queries, predictions)):
-            row: dict[str, Any] = {"prediction": prediction.observation, "parse_status": prediction.status, "error": prediction.error}
+            row: dict[str, Any] = {
+                "prediction": prediction.observation,
+                "parse_status": prediction.status,
+                "error": prediction.error,
+            }
             if i in answered:  # a failed or (when excluded) empty generation: no scores, out of every mean
                 text, verdict = answered[i], verdicts[i]
                 row.update({name: (verdict.criteria or {}).get(name) for name in CRITERIA})
-                row.update(judge_raw=verdict.score if verdict.valid else None, judge_valid=verdict.valid,
-                           judge_invalid_reason=verdict.invalid_reason, similarity=similarities[i],
-                           semantic_match=semantic_match(similarities[i], self.threshold),
-                           rouge_l=self.rouge(text, query.reference),
-                           exact_match=exact_match(text, query.reference),
-                           json_valid=json_validity(text, query.reference),
-                           exact=exact(text, query.reference), line_agreement=line_agreement(text, query.reference))
+                row.update(
+                    judge_raw=verdict.score if verdict.valid else None,
+                    judge_valid=verdict.valid,
+                    judge_invalid_reason=verdict.invalid_reason,
+                    similarity=similarities[i],
+                    semantic_match=semantic_match(similarities[i], self.threshold),
+                    rouge_l=self.rouge(text, query.reference),
+                    exact_match=exact_match(text, query.reference),
+                    json_valid=json_validity(text, query.reference),
+                    exact=exact(text, query.reference),
+                    line_agreement=line_agreement(text, query.reference),
+                )
             rows.append(row)
         return rows
 
 
-ROW_COLUMNS = ("prediction", "parse_status", "error", *CRITERIA, "judge_raw", "judge_valid", "judge_invalid_reason",
-               "similarity", "semantic_match", "rouge_l", "exact_match", "json_valid", "exact", "line_agreement")
-PREDICTION_COLUMNS = ("evaluation_id", "query_id", "trajectory_id", "turn_index", "domain", *ROW_COLUMNS,
-                      "ce_sum", "ce_tokens", "created_at", "seen_in_training", "history_left_out")
+ROW_COLUMNS = (
+    "prediction",
+    "parse_status",
+    "error",
+    *CRITERIA,
+    "judge_raw",
+    "judge_valid",
+    "judge_invalid_reason",
+    "similarity",
+    "semantic_match",
+    "rouge_l",
+    "exact_match",
+    "json_valid",
+    "exact",
+    "line_agreement",
+)
+PREDICTION_COLUMNS = (
+    "evaluation_id",
+    "query_id",
+    "trajectory_id",
+    "turn_index",
+    "domain",
+    *ROW_COLUMNS,
+    "ce_sum",
+    "ce_tokens",
+    "created_at",
+    "seen_in_training",
+    "history_left_out",
+)
 
 
 # A row whose prediction or judge request failed is the endpoint's failure: recorded, counted, and asked
@@ -438,7 +544,9 @@ def _teacher_forcing(config, model: EvaluatedModel):
     return TeacherForcing(model.path, evaluate.max_length, evaluate.predictor.batch_size, evaluate.predictor.device)
 
 
-def _cross_entropies(forcing, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], predictions: list[Prediction]):
+def _cross_entropies(
+    forcing, model: EvaluatedModel, eval_set: EvalSet, queries: list[Query], predictions: list[Prediction]
+):
     if forcing is None:
         return [None] * len(queries)
     from pipeline.evaluation.cross_entropy import teacher_forced_sequence
@@ -455,9 +563,20 @@ def _register(store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, e
     with store.transaction() as tx:
         tx.execute(
             "INSERT OR IGNORE INTO evaluations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, now(), NULL)",
-            [evaluation_id, model.checkpoint_id, model.model, model.stage, model.path, model.prompt_format,
-             model.fingerprint, eval_set.name, eval_set.fingerprint, scorer.name, scorer.fingerprint,
-             len(eval_set.queries)],
+            [
+                evaluation_id,
+                model.checkpoint_id,
+                model.model,
+                model.stage,
+                model.path,
+                model.prompt_format,
+                model.fingerprint,
+                eval_set.name,
+                eval_set.fingerprint,
+                scorer.name,
+                scorer.fingerprint,
+                len(eval_set.queries),
+            ],
         )
 
 
@@ -466,10 +585,10 @@ def _aggregate(store, evaluation_id: str) -> None:
     with store.transaction() as tx:
         tx.execute("DELETE FROM eval_results WHERE evaluation_id = ?", [evaluation_id])
         tx.execute(
-            f"""INSERT INTO eval_results (evaluation_id, domain, queries, judged, score, {', '.join(CRITERIA)}, unparsed, failed,
+            f"""INSERT INTO eval_results (evaluation_id, domain, queries, judged, score, {", ".join(CRITERIA)}, unparsed, failed,
                        judge_invalid, observation_ce, perplexity, semantic_match, rouge_l, exact_match, json_valid,
                        json_references, parsed, ce_rows, seen, score_unseen, empty, exact, line_agreement)
-                SELECT ?, coalesce(domain, 'all'), count(*), count(judge_raw), avg({agentworldbench_sql('judge_raw')}), {criteria},
+                SELECT ?, coalesce(domain, 'all'), count(*), count(judge_raw), avg({agentworldbench_sql("judge_raw")}), {criteria},
                        count(*) FILTER (WHERE parse_status NOT IN ('ok', 'generation_failed', 'empty_generation')),
                        count(*) FILTER (WHERE parse_status = 'generation_failed'),
                        count(*) FILTER (WHERE NOT judge_valid),
@@ -477,7 +596,7 @@ def _aggregate(store, evaluation_id: str) -> None:
                        avg(semantic_match::INTEGER), avg(rouge_l), avg(exact_match::INTEGER), avg(json_valid::INTEGER),
                        count(json_valid), count(*) FILTER (WHERE parse_status = 'ok'), count(ce_tokens),
                        count(*) FILTER (WHERE seen_in_training),
-                       avg({agentworldbench_sql('judge_raw')}) FILTER (WHERE NOT seen_in_training),
+                       avg({agentworldbench_sql("judge_raw")}) FILTER (WHERE NOT seen_in_training),
                        count(*) FILTER (WHERE parse_status = 'empty_generation'), avg(exact::INTEGER), avg(line_agreement)
                 FROM eval_predictions WHERE evaluation_id = ? GROUP BY ROLLUP (domain)""",
             [evaluation_id, evaluation_id],
@@ -491,7 +610,9 @@ def _aggregate(store, evaluation_id: str) -> None:
                WHERE evaluation_id = ? AND domain = 'all'""",
             [evaluation_id, evaluation_id],
         )
-        tx.execute("UPDATE evaluations SET completed = true, completed_at = now() WHERE evaluation_id = ?", [evaluation_id])
+        tx.execute(
+            "UPDATE evaluations SET completed = true, completed_at = now() WHERE evaluation_id = ?", [evaluation_id]
+        )
 
 
 def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scorer: Scorer, snapshot: Path) -> bool:
@@ -520,14 +641,26 @@ def evaluate_model(config, store, model: EvaluatedModel, eval_set: EvalSet, scor
                 losses = _cross_entropies(forcing, model, eval_set, queries, batch)
                 now = datetime.now()
                 values = [
-                    [evaluation_id, query.query_id, query.trajectory_id, query.turn_index, query.domain,
-                     *(row.get(column) for column in ROW_COLUMNS), *(loss if loss else (None, None)), now,
-                     query.query_id in eval_set.seen, query.history_left_out]
+                    [
+                        evaluation_id,
+                        query.query_id,
+                        query.trajectory_id,
+                        query.turn_index,
+                        query.domain,
+                        *(row.get(column) for column in ROW_COLUMNS),
+                        *(loss if loss else (None, None)),
+                        now,
+                        query.query_id in eval_set.seen,
+                        query.history_left_out,
+                    ]
                     for query, row, loss in zip(queries, rows, losses)
                 ]
                 with store.transaction() as tx:
-                    tx.executemany(f"INSERT OR REPLACE INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
-                                   f"VALUES ({', '.join('?' * len(PREDICTION_COLUMNS))})", values)
+                    tx.executemany(
+                        f"INSERT OR REPLACE INTO eval_predictions ({', '.join(PREDICTION_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(PREDICTION_COLUMNS))})",
+                        values,
+                    )
                 advance(len(queries))
                 # `orchestration.fail_stage: evaluate` fails once, after the first batch is committed.
                 maybe_fail(config, STAGE, f"after {start + len(queries)} rows of {model.model}")
@@ -579,13 +712,24 @@ def _plot(rows: list[dict[str, Any]], judge: str, path: Path) -> Path:
     by_key = {(row["model"], row["domain"]): row for row in rows}
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.8 / max(1, len(models))
-    for panel, (metric, title) in zip(axes, (("score", f"judge score, 0-100 ({judge_name(judge)}), 95% intervals"),
-                                               ("rouge_l", "ROUGE-L F1 (judge-free), 95% intervals"))):
+    for panel, (metric, title) in zip(
+        axes,
+        (
+            ("score", f"judge score, 0-100 ({judge_name(judge)}), 95% intervals"),
+            ("rouge_l", "ROUGE-L F1 (judge-free), 95% intervals"),
+        ),
+    ):
         for k, model in enumerate(models):
             shown = [by_key.get((model, d)) or {} for d in domains]
             below, above = zip(*(_error_bar(row, metric) for row in shown))
-            panel.bar([x + k * width for x in range(len(domains))], [row.get(metric) or 0.0 for row in shown], width,
-                      yerr=[below, above], capsize=2, label=model)
+            panel.bar(
+                [x + k * width for x in range(len(domains))],
+                [row.get(metric) or 0.0 for row in shown],
+                width,
+                yerr=[below, above],
+                capsize=2,
+                label=model,
+            )
         panel.set_xticks([x + width * (len(models) - 1) / 2 for x in range(len(domains))], domains)
         panel.set_title(title, fontsize=9)
     axes[0].legend(fontsize=8)
@@ -603,13 +747,17 @@ SCORE_LABELS = {
     "score_macro": "macro: the mean of the domains' scores, every domain weighing alike (on the `all` row)",
     "score_unseen": "sample-weighted, without the targets seen in training",
 }
-INTERVALS_LABEL = ("<measure>_low, <measure>_high: the 95% percentile-bootstrap interval over the targets (2000 resamples, "
-                   "seeded; score_macro resampled within each domain); <measure>_pm: half its width, a stderr-like spread; "
-                   "observation_ce's interval is of the mean per-target CE, its value token-weighted")
-COMPARISONS_LABEL = ("paired on the targets both models scored: difference = model - compared_with, its mean and 95% "
-                     "bootstrap interval; relation: the model it started from (base -> cpt -> sft -> rl), base (for the last "
-                     "trained stage), or the retrieval baseline; verdict improved/WORSE only where the interval excludes "
-                     "zero, observation_ce lower is better")
+INTERVALS_LABEL = (
+    "<measure>_low, <measure>_high: the 95% percentile-bootstrap interval over the targets (2000 resamples, "
+    "seeded; score_macro resampled within each domain); <measure>_pm: half its width, a stderr-like spread; "
+    "observation_ce's interval is of the mean per-target CE, its value token-weighted"
+)
+COMPARISONS_LABEL = (
+    "paired on the targets both models scored: difference = model - compared_with, its mean and 95% "
+    "bootstrap interval; relation: the model it started from (base -> cpt -> sft -> rl), base (for the last "
+    "trained stage), or the retrieval baseline; verdict improved/WORSE only where the interval excludes "
+    "zero, observation_ce lower is better"
+)
 
 
 def _score(row: dict[str, Any], column: str) -> str:
@@ -625,18 +773,32 @@ GAINS = ("started from", "base")
 def _gains(comparisons: list[dict[str, Any]]) -> str:
     """`sft vs cpt no measurable change +1.0 [-2.1, +4.3], ...`: the overall score's paired differences, in
     words that never call a difference whose interval crosses zero a change."""
-    return ", ".join(f"{c['model']} vs {c['compared_with']} {c['verdict']} {c['change']}" for c in comparisons
-                     if c["relation"] in GAINS and c["measure"] == "score" and c["domain"] == "all")
+    return ", ".join(
+        f"{c['model']} vs {c['compared_with']} {c['verdict']} {c['change']}"
+        for c in comparisons
+        if c["relation"] in GAINS and c["measure"] == "score" and c["domain"] == "all"
+    )
 
 
-def _summary(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]], eval_set: EvalSet, judge: str,
-             reused: int, total: int) -> str:
-    overall = ", ".join(f"{row['model']} {_score(row, 'score')} / {_score(row, 'score_macro')}"
-                        for row in rows if row["domain"] == "all")
+def _summary(
+    rows: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+    eval_set: EvalSet,
+    judge: str,
+    reused: int,
+    total: int,
+) -> str:
+    overall = ", ".join(
+        f"{row['model']} {_score(row, 'score')} / {_score(row, 'score_macro')}"
+        for row in rows
+        if row["domain"] == "all"
+    )
     gains = _gains(comparisons)
     gained = f"; score gains, paired on the targets both scored (95% interval): {gains}" if gains else ""
-    return (f"{total} models on {eval_set.name}, {judge_name(judge)}; overall score (0-100, sample-weighted / macro "
-            f"over domains, 95% intervals over targets): {overall}{gained} ({reused} reused, not recomputed)")
+    return (
+        f"{total} models on {eval_set.name}, {judge_name(judge)}; overall score (0-100, sample-weighted / macro "
+        f"over domains, 95% intervals over targets): {overall}{gained} ({reused} reused, not recomputed)"
+    )
 
 
 def _check_budget(config, models: list[EvaluatedModel], eval_set: EvalSet) -> None:
@@ -660,12 +822,18 @@ def _check_budget(config, models: list[EvaluatedModel], eval_set: EvalSet) -> No
     require_budget("evaluate.predictor.max_tokens", config.evaluate.predictor.max_tokens, needed, what)
 
 
-def run(config, store, checkpoints: list[str] | None = None, data: list[str] | None = None, thinking: bool = False) -> StageResult:
+def run(
+    config, store, checkpoints: list[str] | None = None, data: list[str] | None = None, thinking: bool = False
+) -> StageResult:
     eval_set, snapshot = build_eval_set(config, store, data)
     models = named_models(config, store, checkpoints, thinking) if checkpoints else default_models(config, store)
     if not models:
         raise EvaluationInputError("no checkpoint to evaluate: run `simulacra cpt` first, or give --checkpoint PATH")
-    if config.evaluate.predictor.backend == "openai" and len(models) > 1 and CHECKPOINT_PLACEHOLDER not in config.evaluate.predictor.model:
+    if (
+        config.evaluate.predictor.backend == "openai"
+        and len(models) > 1
+        and CHECKPOINT_PLACEHOLDER not in config.evaluate.predictor.model
+    ):
         raise EvaluationInputError(
             f"evaluate.predictor.model {config.evaluate.predictor.model!r} names one served model for {len(models)} "
             f"checkpoints: use {CHECKPOINT_PLACEHOLDER} in it, or give one --checkpoint"
@@ -686,28 +854,57 @@ def run(config, store, checkpoints: list[str] | None = None, data: list[str] | N
     correlated = correlations(store, ids)
     output_dir = config.workspace.runs_dir / STAGE / digest("report", sorted(ids))
     plot = _plot(rows, scorer.name, output_dir / PLOT_FILE)
-    (output_dir / REPORT_FILE).write_text(json.dumps(
-        {"eval_set": eval_set.name, "eval_set_fingerprint": eval_set.fingerprint, "benchmark": eval_set.counts,
-         "judge": scorer.name, "judge_fingerprint": scorer.fingerprint, "judge_caption": judge_caption(scorer.name),
-         "scores": SCORE_LABELS, "intervals": INTERVALS_LABEL, "comparisons_are": COMPARISONS_LABEL,
-         "evaluations": ids, "table": [{k: v for k, v in row.items() if k != "comparisons"} for row in rows],
-         "comparisons": compared, "correlations": correlated,
-         "correlations_over": "judged rows: answers that parsed in their model's format, with a valid judgement"},
-        indent=2, default=str) + "\n")
+    (output_dir / REPORT_FILE).write_text(
+        json.dumps(
+            {
+                "eval_set": eval_set.name,
+                "eval_set_fingerprint": eval_set.fingerprint,
+                "benchmark": eval_set.counts,
+                "judge": scorer.name,
+                "judge_fingerprint": scorer.fingerprint,
+                "judge_caption": judge_caption(scorer.name),
+                "scores": SCORE_LABELS,
+                "intervals": INTERVALS_LABEL,
+                "comparisons_are": COMPARISONS_LABEL,
+                "evaluations": ids,
+                "table": [{k: v for k, v in row.items() if k != "comparisons"} for row in rows],
+                "comparisons": compared,
+                "correlations": correlated,
+                "correlations_over": "judged rows: answers that parsed in their model's format, with a valid judgement",
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     metrics = {
-        "models": len(models), "reused": reused, "queries": len(eval_set.queries), "eval_set": eval_set.name,
-        "eval_set_fingerprint": eval_set.fingerprint, "judge": scorer.name, "judge_fingerprint": scorer.fingerprint,
+        "models": len(models),
+        "reused": reused,
+        "queries": len(eval_set.queries),
+        "eval_set": eval_set.name,
+        "eval_set_fingerprint": eval_set.fingerprint,
+        "judge": scorer.name,
+        "judge_fingerprint": scorer.fingerprint,
         "report": str(output_dir / REPORT_FILE),
         **{f"score.{row['model']}": row["score"] for row in rows if row["domain"] == "all"},
         **{f"score_macro.{row['model']}": row["score_macro"] for row in rows if row["domain"] == "all"},
-        **{f"score_{bound}.{row['model']}": row[f"score_{bound}"] for row in rows if row["domain"] == "all"
-           for bound in ("low", "high")},
+        **{
+            f"score_{bound}.{row['model']}": row[f"score_{bound}"]
+            for row in rows
+            if row["domain"] == "all"
+            for bound in ("low", "high")
+        },
         **{f"benchmark.{name}": count for name, count in eval_set.counts.items()},
     }
     return StageResult(
-        stage=STAGE, metrics=metrics, output_path=output_dir,
+        stage=STAGE,
+        metrics=metrics,
+        output_path=output_dir,
         summary=_summary(rows, compared, eval_set, scorer.name, reused, len(models)),
-        tables={"evaluate-table": [{c: row[c] for c in TABLE_COLUMNS} for row in rows],
-                "evaluate-comparisons": compared, "evaluate-correlations": correlated},
+        tables={
+            "evaluate-table": [{c: row[c] for c in TABLE_COLUMNS} for row in rows],
+            "evaluate-comparisons": compared,
+            "evaluate-correlations": correlated,
+        },
         images={"evaluate-scores": plot},
     )

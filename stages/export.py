@@ -40,7 +40,11 @@ STAGE = "export"
 
 
 def output_dir(config, fingerprint: str) -> Path:
-    return Path(config.export.output_dir or config.workspace.runs_dir / STAGE / fingerprint / "model").expanduser().resolve()
+    return (
+        Path(config.export.output_dir or config.workspace.runs_dir / STAGE / fingerprint / "model")
+        .expanduser()
+        .resolve()
+    )
 
 
 def _choice(config, store):
@@ -53,9 +57,16 @@ def _choice(config, store):
 def _choice_rows(choice) -> list[dict]:
     if choice is None:
         return []
-    rows = [{"checkpoint": c.checkpoint_id, "stage": c.stage, "validation_score": c.score,
-             "shipped": c.checkpoint_id == choice.chosen.checkpoint_id}
-            for c in (choice.chosen, choice.runner_up) if c is not None]
+    rows = [
+        {
+            "checkpoint": c.checkpoint_id,
+            "stage": c.stage,
+            "validation_score": c.score,
+            "shipped": c.checkpoint_id == choice.chosen.checkpoint_id,
+        }
+        for c in (choice.chosen, choice.runner_up)
+        if c is not None
+    ]
     if choice.base_score is not None:
         rows.append({"checkpoint": "base", "stage": "base", "validation_score": choice.base_score, "shipped": False})
     return rows
@@ -64,8 +75,11 @@ def _choice_rows(choice) -> list[dict]:
 def run(config, store) -> StageResult:
     source = resolve_source(config, store)
     choice = _choice(config, store)
-    chosen_by = (f"shipped by validation score: {choice.words()}" if choice is not None
-                 else f"export.checkpoint {config.export.checkpoint}")
+    chosen_by = (
+        f"shipped by validation score: {choice.words()}"
+        if choice is not None
+        else f"export.checkpoint {config.export.checkpoint}"
+    )
     fmt = resolve_format(config, source)
     if config.export.destination:
         destination_filesystem(config.export.destination)
@@ -73,32 +87,60 @@ def run(config, store) -> StageResult:
     out_dir = output_dir(config, fingerprint)
     checkpoint_id = f"{STAGE}-{fingerprint}"
     model_name = f"simulacra-world-model-{fingerprint}"
-    if (out_dir / METADATA_FILE).is_file() and json.loads((out_dir / METADATA_FILE).read_text())["fingerprint"] == fingerprint:
+    if (out_dir / METADATA_FILE).is_file() and json.loads((out_dir / METADATA_FILE).read_text())[
+        "fingerprint"
+    ] == fingerprint:
         action = "already exported"
     else:
         trained_length = context_length(config, source.stage, fmt.name, source.path)
         origin = provenance(config)
         workspace = str(config.workspace.root)
         facts = CardFacts(
-            model_name=model_name, source_checkpoint=source.checkpoint_id, source_stage=source.stage or "folder",
-            prompt_format=fmt.name, thinking=fmt.thinking, context_length=trained_length,
-            base_model=origin.base_model, license=origin.license, license_source=origin.license_source,
-            example_request=example_request(fmt, model_name, 256), sources=collect_sources(store),
-            pools=collect_pools(store), stages=collect_stages(config, store),
+            model_name=model_name,
+            source_checkpoint=source.checkpoint_id,
+            source_stage=source.stage or "folder",
+            prompt_format=fmt.name,
+            thinking=fmt.thinking,
+            context_length=trained_length,
+            base_model=origin.base_model,
+            license=origin.license,
+            license_source=origin.license_source,
+            example_request=example_request(fmt, model_name, 256),
+            sources=collect_sources(store),
+            pools=collect_pools(store),
+            stages=collect_stages(config, store),
             evaluation=portable(evaluation_rows(store, source.checkpoint_id), workspace),
             chosen_by=chosen_by,
         )
-        metadata = {"model_name": model_name, "fingerprint": fingerprint, "source_checkpoint": source.checkpoint_id,
-                    "source_stage": source.stage, "base_model": origin.base_model, "context_length": trained_length,
-                    "max_history_chars": max_history_chars(config, source.stage, fmt.name)}
+        metadata = {
+            "model_name": model_name,
+            "fingerprint": fingerprint,
+            "source_checkpoint": source.checkpoint_id,
+            "source_stage": source.stage,
+            "base_model": origin.base_model,
+            "context_length": trained_length,
+            "max_history_chars": max_history_chars(config, source.stage, fmt.name),
+        }
         # The store's paths stay in the store: a folder copied to another machine names none of this one's.
-        card = render_card(facts).replace(str(source.path), f"<local>/{source.path.name}").replace(workspace, "<workspace>")
+        card = (
+            render_card(facts)
+            .replace(str(source.path), f"<local>/{source.path.name}")
+            .replace(workspace, "<workspace>")
+        )
         write_export(source.path, out_dir, fmt, metadata, card)
         action = "exported"
     destination = copy_to(out_dir, config.export.destination) if config.export.destination else None
-    metrics = {"source_checkpoint": source.checkpoint_id, "source_stage": source.stage, "prompt_format": fmt.name,
-               "thinking": fmt.thinking, "model_name": model_name, "destination": destination, "fingerprint": fingerprint,
-               "chosen_by": chosen_by, **({"choice": choice.as_dict()} if choice is not None else {})}
+    metrics = {
+        "source_checkpoint": source.checkpoint_id,
+        "source_stage": source.stage,
+        "prompt_format": fmt.name,
+        "thinking": fmt.thinking,
+        "model_name": model_name,
+        "destination": destination,
+        "fingerprint": fingerprint,
+        "chosen_by": chosen_by,
+        **({"choice": choice.as_dict()} if choice is not None else {}),
+    }
     with store.transaction() as tx:
         tx.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [checkpoint_id])
         tx.execute(
@@ -108,5 +150,10 @@ def run(config, store) -> StageResult:
         )
     copied = f", copied to {destination}" if destination else ""
     summary = f"{action} {source.checkpoint_id} ({fmt.name} format) to {out_dir}{copied}; {chosen_by}"
-    return StageResult(stage=STAGE, metrics=metrics, output_path=out_dir, summary=summary,
-                       tables={"export-choice": _choice_rows(choice)} if choice is not None else {})
+    return StageResult(
+        stage=STAGE,
+        metrics=metrics,
+        output_path=out_dir,
+        summary=summary,
+        tables={"export-choice": _choice_rows(choice)} if choice is not None else {},
+    )

@@ -84,9 +84,7 @@ def run(
     if format_name is not None:
         formats.adapter(format_name)  # unknown names fail before any work
     sources = (
-        [source_for_path(p, source_name, format_name, domain) for p in paths]
-        if paths
-        else list(config.ingest.sources)
+        [source_for_path(p, source_name, format_name, domain) for p in paths] if paths else list(config.ingest.sources)
     )
     per_source: dict[str, Counts] = {}
     files_read = files_unchanged = 0
@@ -236,7 +234,9 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     """Stage what DuckDB can vouch for; parse the rest with the Python adapter, as the Python path."""
     batch = _Batch(records=chunk.records)
     try:
-        staged = jsonl_sql.stage(store.connection, chunk, source.domain, cfg.max_action_chars, cfg.max_observation_chars)
+        staged = jsonl_sql.stage(
+            store.connection, chunk, source.domain, cfg.max_action_chars, cfg.max_observation_chars
+        )
         batch.staged, routed = staged.rows, staged.routed
     except duckdb.Error as exc:
         # ctrl-C mid-query reaches here as a duckdb.Error too (InterruptException, or InvalidInputException
@@ -373,8 +373,21 @@ def _json(value: Any) -> str | None:
 
 
 TRAJECTORY_COLUMNS = (
-    "trajectory_id", "source", "format", "domain", "task", "task_description", "action_space", "tools",
-    "initial_state", "demonstrations", "simulation_instructions", "outcome_reward", "num_turns", "metadata", "location",
+    "trajectory_id",
+    "source",
+    "format",
+    "domain",
+    "task",
+    "task_description",
+    "action_space",
+    "tools",
+    "initial_state",
+    "demonstrations",
+    "simulation_instructions",
+    "outcome_reward",
+    "num_turns",
+    "metadata",
+    "location",
 )
 TURN_COLUMNS = ("trajectory_id", "turn_index", "action", "observation", "tool_name", "is_error", "metadata")
 
@@ -421,7 +434,9 @@ def _arrow_rows(rows: list[tuple[int, str, Trajectory]]) -> tuple[pa.Table, pa.T
 def _insert_quarantine(con, source: str, rows: list[Malformed]) -> None:
     # The id hashes what was wrong and where, so re-reading the same bad file adds no second row.
     ids = [
-        hashlib.blake2b(f"{source}\0{m.location}\0{m.error}".encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
+        hashlib.blake2b(
+            f"{source}\0{m.location}\0{m.error}".encode("utf-8", "backslashreplace"), digest_size=16
+        ).hexdigest()
         for m in rows
     ]
     table = pa.table(

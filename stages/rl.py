@@ -72,12 +72,21 @@ def _plan(config, store) -> Plan:
 
     base_ref = rl_base_ref(config, store)
     if not target_turns(store, "rl"):
-        raise UserFixableError("pool 'rl' has no target turns: run `simulacra split` first (or give the rl pool a share)")
+        raise UserFixableError(
+            "pool 'rl' has no target turns: run `simulacra split` first (or give the rl pool a share)"
+        )
     pools = pools_fingerprint(store, POOLS)
     snapshot = export_snapshot(store, config.workspace.runs_dir / STAGE / "snapshots" / pools.replace(":", "-"), POOLS)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.rl.output_dir)
-    return Plan(output_dir, snapshot, fingerprint, base_ref, done=(output_dir / METRICS_FILE).is_file(),
-                keep_resume_checkpoints=config.workspace.keep_resume_checkpoints, config=config.model_dump(mode="json"))
+    return Plan(
+        output_dir,
+        snapshot,
+        fingerprint,
+        base_ref,
+        done=(output_dir / METRICS_FILE).is_file(),
+        keep_resume_checkpoints=config.workspace.keep_resume_checkpoints,
+        config=config.model_dump(mode="json"),
+    )
 
 
 # -- 2. prompts -----------------------------------------------------------------------------------
@@ -99,7 +108,9 @@ def _prompts(config, store, plan: Plan):
         # A trajectory's one target is a seeded turn, rarely the one its verifier checks (the demo's terminal
         # verifiers check a final count): its verified turns stand in for it when a verified prompt is wanted.
         verified = [turn for turn in verified_turns(store, "rl") if turn not in code]
-        alternates = load_queries(plan.snapshot_dir, "rl", choose_targets(verified, None, rl.seed), rl.max_history_chars)
+        alternates = load_queries(
+            plan.snapshot_dir, "rl", choose_targets(verified, None, rl.seed), rl.max_history_chars
+        )
         if rl.max_prompt_tokens is not None:
             alternates, _ = _fitting(config, plan, alternates)
         code |= verifiers(store, [(q.trajectory_id, q.turn_index) for q in alternates])
@@ -107,14 +118,26 @@ def _prompts(config, store, plan: Plan):
     fmt = _format(config)
     prompts = build_prompts(queries, code, rl.control_fraction, rl.seed, fmt.thinking)
     write_prompts(plan.prompts_path, prompts)
-    write_text_atomic(plan.output_dir / SELECTION_FILE,
-                      json.dumps({"prompts_too_long": too_long, "answer_format": fmt.name}) + "\n")
+    write_text_atomic(
+        plan.output_dir / SELECTION_FILE, json.dumps({"prompts_too_long": too_long, "answer_format": fmt.name}) + "\n"
+    )
     with store.transaction() as tx:
         tx.execute("DELETE FROM rl_prompts WHERE run = ?", [plan.fingerprint])
         tx.executemany(
             "INSERT INTO rl_prompts VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [[plan.fingerprint, p.prompt_index, p.trajectory_id, p.turn_index, p.domain, p.verifier is not None,
-              p.control, p.control_instruction] for p in prompts],
+            [
+                [
+                    plan.fingerprint,
+                    p.prompt_index,
+                    p.trajectory_id,
+                    p.turn_index,
+                    p.domain,
+                    p.verifier is not None,
+                    p.control,
+                    p.control_instruction,
+                ]
+                for p in prompts
+            ],
         )
     return prompts
 
@@ -185,7 +208,9 @@ def _rewards(config, plan: Plan, prompts, tokenizer):
         from pipeline.store.database import Store
 
         cache = Store(plan.output_dir / "judge_cache" / f"rank-{PartialState().process_index}.duckdb")
-        judge = RubricJudge(open_client(reward.judge.endpoint, cache, "rl.judge", seed=config.rl.seed), reward.judge.history_turns)
+        judge = RubricJudge(
+            open_client(reward.judge.endpoint, cache, "rl.judge", seed=config.rl.seed), reward.judge.history_turns
+        )
     return Rewards(prompts, tokenizer, reward, judge, _run_format(plan).thinking), judge
 
 
@@ -196,9 +221,15 @@ def reward_curves(history: list[dict[str, Any]]) -> dict[str, list[tuple[int, fl
     series: dict[str, list[tuple[int, float]]] = {}
     for entry in history:
         for key, value in entry.items():
-            wanted = key in ("reward", "judge/failure_rate", "completions/mean_length", "completions/missing_tags_rate",
-                             "rule/coverage", "rule/pass_rate", "control/following_rate") or (
-                                 key.startswith("rewards/") and key.endswith("/mean"))
+            wanted = key in (
+                "reward",
+                "judge/failure_rate",
+                "completions/mean_length",
+                "completions/missing_tags_rate",
+                "rule/coverage",
+                "rule/pass_rate",
+                "control/following_rate",
+            ) or (key.startswith("rewards/") and key.endswith("/mean"))
             if wanted and isinstance(value, (int, float)) and value == value:  # NaN: no sample of that kind
                 series.setdefault(key, []).append((entry["step"], float(value)))
     return series
@@ -237,7 +268,11 @@ def _summary(metrics: dict[str, Any]) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
     resumed = f", resumed from step {metrics['resumed_from_step']}" if metrics.get("resumed_from_step") else ""
-    too_long = f" ({metrics['prompts_too_long']} over rl.max_prompt_tokens left out)" if metrics.get("prompts_too_long") else ""
+    too_long = (
+        f" ({metrics['prompts_too_long']} over rl.max_prompt_tokens left out)"
+        if metrics.get("prompts_too_long")
+        else ""
+    )
     per_step = metrics.get("prompts_per_step")
     # The two steps' rewards are of different prompts: with one or two a step, a fall or a rise is mostly the prompts'.
     steps_apart = f", {per_step} prompt(s) a step" if per_step else ""
@@ -246,12 +281,22 @@ def _summary(metrics: dict[str, Any]) -> str:
 
     on_prompts = ""
     if metrics.get("prompt_reward_after") is not None:
-        change = Interval(metrics["prompt_reward_change"], metrics["prompt_reward_change_low"],
-                          metrics["prompt_reward_change_high"], metrics["prompt_reward_prompts"])
-        on_prompts = (f"; reward on its {metrics['prompt_reward_prompts']} prompts (greedy) "
-                      f"{number(metrics['prompt_reward_before'])} -> {number(metrics['prompt_reward_after'])}, "
-                      f"{change_words(change)}")
-    shares = [f"{key.split('.', 1)[1]} {value:.0%}" for key, value in sorted(metrics.items()) if key.startswith("reward_share.")]
+        change = Interval(
+            metrics["prompt_reward_change"],
+            metrics["prompt_reward_change_low"],
+            metrics["prompt_reward_change_high"],
+            metrics["prompt_reward_prompts"],
+        )
+        on_prompts = (
+            f"; reward on its {metrics['prompt_reward_prompts']} prompts (greedy) "
+            f"{number(metrics['prompt_reward_before'])} -> {number(metrics['prompt_reward_after'])}, "
+            f"{change_words(change)}"
+        )
+    shares = [
+        f"{key.split('.', 1)[1]} {value:.0%}"
+        for key, value in sorted(metrics.items())
+        if key.startswith("reward_share.")
+    ]
     scored = summary_words(metrics)
     return (
         f"{metrics.get('answer_format', 'rl-thinking')} format: "
@@ -261,8 +306,12 @@ def _summary(metrics: dict[str, Any]) -> str:
         + (f", shares of the reward: {', '.join(shares)}" if shares else "")
         + on_prompts
         + (f"; {scored}" if scored else "")
-        + (f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
-           f"{number(metrics['heldout_control_following_after'])}" if "heldout_control_following_before" in metrics else "")
+        + (
+            f"; held-out instruction-following {number(metrics['heldout_control_following_before'])} -> "
+            f"{number(metrics['heldout_control_following_after'])}"
+            if "heldout_control_following_before" in metrics
+            else ""
+        )
         + (f"; LEARNED NOTHING: {metrics['learned_nothing']}" if metrics.get("learned_nothing") else "")
     )
 
@@ -275,8 +324,14 @@ def _tables(plan: Plan, prompts) -> dict[str, list[dict[str, Any]]]:
 
 def _result(plan: Plan, metrics: dict[str, Any], tables, summary: str) -> StageResult:
     plot = plan.output_dir / REWARDS_PLOT
-    return StageResult(stage=STAGE, metrics=metrics, output_path=plan.model_dir, summary=summary, tables=tables,
-                       images={"rl-rewards": plot} if plot.is_file() else {})
+    return StageResult(
+        stage=STAGE,
+        metrics=metrics,
+        output_path=plan.model_dir,
+        summary=summary,
+        tables=tables,
+        images={"rl-rewards": plot} if plot.is_file() else {},
+    )
 
 
 # -- the three steps: prepare (data side), train (training side), record (data side) ---------------
@@ -288,7 +343,12 @@ def prepare(config, store) -> Plan:
     if not plan.done:
         prompts = _prompts(config, store, plan)
         validation.write_targets(plan.output_dir, validation.choose(store, config))
-        _check_budgets(config, plan, [p.reference for p in prompts], validation.read_queries(config, plan.output_dir, plan.snapshot_dir))
+        _check_budgets(
+            config,
+            plan,
+            [p.reference for p in prompts],
+            validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+        )
     return plan
 
 
@@ -303,8 +363,12 @@ def _check_budgets(config, plan: Plan, rollout_references: list[str], validation
     tokenizer = load_tokenizer(plan.base_ref, config.model.trust_remote_code)
     thinking = thinking_allowance(plan.base_ref) if _run_format(plan).thinking else 0
     what = "the observations" + (" plus the thinking SFT taught" if thinking else "")
-    require_budget("rl.max_completion_length", config.rl.max_completion_length,
-                   percentile_95(answer_tokens(tokenizer, rollout_references)) + thinking, f"{what} of the rl prompts")
+    require_budget(
+        "rl.max_completion_length",
+        config.rl.max_completion_length,
+        percentile_95(answer_tokens(tokenizer, rollout_references)) + thinking,
+        f"{what} of the rl prompts",
+    )
     validation.check_budget(config, tokenizer, validation_queries, thinking)
 
 
@@ -340,14 +404,19 @@ def train(config, plan: Plan) -> None:
         raise RLLearnedNothing(f"rl: {reason}")
     write_model_format(plan.model_dir, fmt)
     # The reward RL optimises, on its own prompts, by the model it started from and the one it trained.
-    prompt_rewards = {name: measure_prompt_rewards(prompts, ref, rl.max_completion_length, plan.output_dir, name, rewards)
-                      for name, ref in (("before", plan.base_ref), ("after", str(plan.model_dir)))}
+    prompt_rewards = {
+        name: measure_prompt_rewards(prompts, ref, rl.max_completion_length, plan.output_dir, name, rewards)
+        for name, ref in (("before", plan.base_ref), ("after", str(plan.model_dir)))
+    }
     queries = validation.read_queries(config, plan.output_dir, plan.snapshot_dir)
-    measured = validation.measure(config, queries, plan.output_dir, (plan.base_ref, model_format(plan.base_ref, None)),
-                                  (str(plan.model_dir), fmt))
+    measured = validation.measure(
+        config, queries, plan.output_dir, (plan.base_ref, model_format(plan.base_ref, None)), (str(plan.model_dir), fmt)
+    )
     if rl.control_fraction > 0:  # instruction-following on the validation targets, each with one instruction
         for name, ref in (("before", plan.base_ref), ("after", str(plan.model_dir))):
-            heldout_predictions(queries, ref, config.validation.max_tokens, plan.output_dir, [(f"{name}_control", True)], fmt)
+            heldout_predictions(
+                queries, ref, config.validation.max_tokens, plan.output_dir, [(f"{name}_control", True)], fmt
+            )
     curves = reward_curves(outcome.history)
     weights = f"{rl.reward.main_weight:g} x {rewards.main_name} + {rl.reward.rule_weight:g} x rule"
     _plot(plan.output_dir / REWARDS_PLOT, curves, weights)
@@ -373,8 +442,9 @@ def train(config, plan: Plan) -> None:
     write_text_atomic(trained_file, json.dumps(trained, indent=2, sort_keys=True) + "\n")
 
 
-def reward_shares(curves: dict[str, list[tuple[int, float]]], main_weight: float, rule_weight: float,
-                  main_name: str) -> dict[str, float]:
+def reward_shares(
+    curves: dict[str, list[tuple[int, float]]], main_weight: float, rule_weight: float, main_name: str
+) -> dict[str, float]:
     """Each reward's share of the combined reward over the run (the weighted means of TRL's per-step
     means, summed over steps): whether the rule reward, the 1 of 9:1, fired at all. The rule's step
     mean is over the completions it applies to, so its share is weighted by its coverage."""

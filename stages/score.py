@@ -99,7 +99,9 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
         f"{total} scored in all: {shares}" if total else "no kept turn to score"
     )
     report = category_report(store)
-    images = {"categories": _plot_categories(report, config.workspace.runs_dir / STAGE / "categories.png")} if total else {}
+    images = (
+        {"categories": _plot_categories(report, config.workspace.runs_dir / STAGE / "categories.png")} if total else {}
+    )
     return StageResult(stage=STAGE, metrics=metrics, summary=summary, tables={"categories": report}, images=images)
 
 

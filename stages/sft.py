@@ -83,13 +83,23 @@ class Plan(RunPlan):
 def _plan(config, store) -> Plan:
     base_ref = sft_base_ref(config, store)
     if not target_turns(store, "sft"):
-        raise UserFixableError("pool 'sft' has no target turns: run `simulacra split` first (or give the sft pool a share)")
+        raise UserFixableError(
+            "pool 'sft' has no target turns: run `simulacra split` first (or give the sft pool a share)"
+        )
     pools = pools_fingerprint(store, POOLS)
     snapshot = export_snapshot(store, config.workspace.runs_dir / STAGE / "snapshots" / pools.replace(":", "-"), POOLS)
     output_dir, fingerprint = claim_run_folder(config, store, STAGE, config.sft.output_dir)
     done = (output_dir / METRICS_FILE).is_file()
-    return Plan(output_dir, snapshot, fingerprint, base_ref, done, config.workspace.keep_resume_checkpoints, pools=pools,
-                config=config.model_dump(mode="json"))
+    return Plan(
+        output_dir,
+        snapshot,
+        fingerprint,
+        base_ref,
+        done,
+        config.workspace.keep_resume_checkpoints,
+        pools=pools,
+        config=config.model_dump(mode="json"),
+    )
 
 
 # -- 2. sampling ----------------------------------------------------------------------------------
@@ -106,7 +116,15 @@ def _sample(config, store, plan: Plan, queries: list[Query], judge, judge_label:
         maybe_fail(config, STAGE, f"after {done} queries were sampled and judged")
 
     sampler = RejectionSampler(
-        store, generators, judge, judge_label, sft.min_score, sft.min_agreement, sft.seed, sft.batch_queries, after_batch
+        store,
+        generators,
+        judge,
+        judge_label,
+        sft.min_score,
+        sft.min_agreement,
+        sft.seed,
+        sft.batch_queries,
+        after_batch,
     )
     with progress_bar("sft queries sampled and judged", total=len(queries)) as advance:
         tally = sampler.run(queries, advance)
@@ -130,11 +148,15 @@ def _kept_none(store, sft, sampler, queries: list[Query], selections: list[dict[
     )
     kept_none = f"sft kept none of {len(queries)} queries ({_reasons(selections)})"
     if held:
-        return (f"{kept_none}: {held} candidate(s) held the API key (held_secret), so the generator endpoint echoes "
-                "credentials into its answers (a debugging proxy copying the Authorization header does): point "
-                "sft.generators at an endpoint that does not, then rerun; see the sft_candidates table")
-    return (f"{kept_none}: see the sft_samples table; lower sft.min_score ({sft.min_score:g}) or the thinking check "
-            f"({_thinking_check(sft)}), or use a stronger generator")
+        return (
+            f"{kept_none}: {held} candidate(s) held the API key (held_secret), so the generator endpoint echoes "
+            "credentials into its answers (a debugging proxy copying the Authorization header does): point "
+            "sft.generators at an endpoint that does not, then rerun; see the sft_candidates table"
+        )
+    return (
+        f"{kept_none}: see the sft_samples table; lower sft.min_score ({sft.min_score:g}) or the thinking check "
+        f"({_thinking_check(sft)}), or use a stronger generator"
+    )
 
 
 def _thinking_check(sft) -> str:
@@ -211,12 +233,20 @@ def _plot_scores(store, plan: Plan, judge_label: str, selection: str, queries: l
     import matplotlib.pyplot as plt
 
     ids = _query_ids(queries)
-    candidates = [row[0] for row in store.execute(
-        "SELECT score FROM judgements WHERE kind = 'pointwise' AND judge = ? AND query_id IN (SELECT unnest(?::VARCHAR[]))",
-        [judge_label, ids]).fetchall()]
-    winners = [row[0] for row in store.execute(
-        "SELECT score FROM sft_samples WHERE selection = ? AND score IS NOT NULL AND query_id IN (SELECT unnest(?::VARCHAR[]))",
-        [selection, ids]).fetchall()]
+    candidates = [
+        row[0]
+        for row in store.execute(
+            "SELECT score FROM judgements WHERE kind = 'pointwise' AND judge = ? AND query_id IN (SELECT unnest(?::VARCHAR[]))",
+            [judge_label, ids],
+        ).fetchall()
+    ]
+    winners = [
+        row[0]
+        for row in store.execute(
+            "SELECT score FROM sft_samples WHERE selection = ? AND score IS NOT NULL AND query_id IN (SELECT unnest(?::VARCHAR[]))",
+            [selection, ids],
+        ).fetchall()
+    ]
     figure, axes = plt.subplots(figsize=(7, 4))
     bins = [edge / 4 for edge in range(0, 21)]
     axes.hist([candidates, winners], bins=bins, label=["every judged candidate", "each query's winner"])
@@ -233,7 +263,9 @@ def _plot_scores(store, plan: Plan, judge_label: str, selection: str, queries: l
 
 
 # -- 3. sequences ---------------------------------------------------------------------------------
-def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queries: list[Query], thinking: bool) -> dict[str, Any]:
+def _build_sequences(
+    config, plan: Plan, selections: list[dict[str, Any]], queries: list[Query], thinking: bool
+) -> dict[str, Any]:
     from pipeline.sft.samples import sft_sequence
     from pipeline.training.models import ensure_chatml_tokens
     from pipeline.training.sequences import SequenceBuilder, SequenceWriter
@@ -257,7 +289,9 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
             system = TEMPLATES[row["template_id"]].render(query.domain, query.system, thinking)
             # Thinking: the winner's thinking, then the real observation; direct: the real observation alone.
             target = render_thinking_output(row["thinking"], query.reference) if thinking else query.reference
-            built = sft_sequence(builder, query.trajectory_id, system, query.history, query.action, target, query.turn_index)
+            built = sft_sequence(
+                builder, query.trajectory_id, system, query.history, query.action, target, query.turn_index
+            )
             counted["history_turns_dropped"] += built.history_dropped
             if built.sequence is None:
                 counted["samples_too_long"] += 1
@@ -266,7 +300,9 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
             # The thinking block as taught, tags and separator included: what a held-out answer spends
             # before its observation (pipeline/training/budgets.py).
             if thinking:
-                thinking_lengths.append(len(tokenizer.encode(render_thinking_output(row["thinking"], ""), add_special_tokens=False)))
+                thinking_lengths.append(
+                    len(tokenizer.encode(render_thinking_output(row["thinking"], ""), add_special_tokens=False))
+                )
             templates[row["template_id"]] += 1
             counted["train_sequences"] += 1
             counted["train_tokens"] += len(built.sequence.input_ids)
@@ -277,16 +313,29 @@ def _build_sequences(config, plan: Plan, selections: list[dict[str, Any]], queri
     with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
         for trajectory in read_pool(plan.snapshot_dir, "val"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
-            windows, _ = cpt_builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True)
+            windows, _ = cpt_builder.trajectory_sequences(
+                trajectory.trajectory_id, prompt, trajectory.turns, full_labels=True
+            )
             for window in windows[: config.cpt.eval_max_sequences - counted["eval_sequences"]]:
                 held_out.write(window)
                 counted["eval_sequences"] += 1
             if counted["eval_sequences"] >= config.cpt.eval_max_sequences:
                 break
-    stats = {**{k: counted[k] for k in ("train_sequences", "train_tokens", "train_label_tokens", "samples_too_long",
-                                        "history_turns_dropped", "eval_sequences")},
-             THINKING_P95: percentile_95(thinking_lengths),
-             "templates": {str(t): n for t, n in sorted(templates.items())}}
+    stats = {
+        **{
+            k: counted[k]
+            for k in (
+                "train_sequences",
+                "train_tokens",
+                "train_label_tokens",
+                "samples_too_long",
+                "history_turns_dropped",
+                "eval_sequences",
+            )
+        },
+        THINKING_P95: percentile_95(thinking_lengths),
+        "templates": {str(t): n for t, n in sorted(templates.items())},
+    }
     stats_path.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")  # last: marks both files complete
     return stats
 
@@ -334,8 +383,12 @@ def _check_generator_budgets(sft, tokenizer, queries: list[Query]) -> None:
     needed = percentile_95(answer_tokens(tokenizer, [query.reference for query in queries]))
     for position, generator in enumerate(sft.generators):
         if generator.kind == "endpoint":
-            require_budget(f"sft.generators[{position}].endpoint.max_tokens", generator.endpoint.max_tokens, needed,
-                           "the observations of the sft queries")
+            require_budget(
+                f"sft.generators[{position}].endpoint.max_tokens",
+                generator.endpoint.max_tokens,
+                needed,
+                "the observations of the sft queries",
+            )
 
 
 # -- 5. the three steps: prepare (data side), train (training side), record (data side) ------------
@@ -373,8 +426,12 @@ def prepare(config, store) -> Plan:
         )
     targets = validation.choose(store, config)
     validation.write_targets(plan.output_dir, targets)
-    validation.check_budget(config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
-                            stats.get(THINKING_P95, 0))
+    validation.check_budget(
+        config,
+        tokenizer,
+        validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+        stats.get(THINKING_P95, 0),
+    )
     write_text_atomic(plan.output_dir / QUERIES_FILE, json.dumps({"sft": chosen, "val": targets}) + "\n")
     sampling = {
         "queries": len(queries),
@@ -402,11 +459,20 @@ def _direct_samples(sft, queries: list[Query]) -> list[dict[str, Any]]:
     training. `simulacra stats` and the sft_samples table stay as the last thinking run left them."""
     from pipeline.prompts.sft import draw_template
 
-    return [{"query_id": q.query_id, "kept": True, "thinking": None,
-             "template_id": draw_template(sft.seed, q.trajectory_id, q.turn_index).template_id} for q in queries]
+    return [
+        {
+            "query_id": q.query_id,
+            "kept": True,
+            "thinking": None,
+            "template_id": draw_template(sft.seed, q.trajectory_id, q.turn_index).template_id,
+        }
+        for q in queries
+    ]
 
 
-def _rejection_sample(config, store, plan: Plan, queries: list[Query], tokenizer) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _rejection_sample(
+    config, store, plan: Plan, queries: list[Query], tokenizer
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Thinking SFT: K candidates per query, judged, the winners kept (SPEC.md, Stage 2); the selections
     (one row per query) and what sampling did, for `sampling.json`."""
     from pipeline.sft.generators import build_judge, judge_label
@@ -460,9 +526,13 @@ def train(config, plan: Plan) -> None:
         return
     write_model_format(plan.model_dir, fmt)
     # The starting model in the format it was trained in (CPT's, for a CPT checkpoint), the new one in SFT's.
-    measured = validation.measure(config, validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
-                                  plan.output_dir, (plan.base_ref, model_format(plan.base_ref, None)),
-                                  (str(plan.model_dir), fmt))
+    measured = validation.measure(
+        config,
+        validation.read_queries(config, plan.output_dir, plan.snapshot_dir),
+        plan.output_dir,
+        (plan.base_ref, model_format(plan.base_ref, None)),
+        (str(plan.model_dir), fmt),
+    )
     trained = {
         **measured,
         "eval_observation_ce_before": outcome.eval_ce_before,
@@ -484,8 +554,11 @@ def _summary(metrics: dict[str, Any]) -> str:
         ce = f"; validation observation CE {metrics['eval_observation_ce_before']:.3f} -> {metrics['eval_observation_ce_after']:.3f}"
     scored = summary_words(metrics)
     passed = f" ({n} longer than sft.max_length passed over)" if (n := metrics.get("queries_unfittable")) else ""
-    kept = (f"{metrics['queries']} queries, their real observations as targets" if metrics["selection"] == DIRECT_SELECTION
-            else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})")
+    kept = (
+        f"{metrics['queries']} queries, their real observations as targets"
+        if metrics["selection"] == DIRECT_SELECTION
+        else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})"
+    )
     return (
         f"{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
         f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}" + (f"; {scored}" if scored else "")
@@ -511,7 +584,11 @@ def record(store, plan: Plan) -> StageResult:
             tables = _breakdowns(store, sampling["selection"], sampling["judge"], queries)
             overall = next(row for row in tables["sft-retention"] if row["domain"] == "all")
             selected = {
-                **{f"retention.{row['domain']}": row["retention"] for row in tables["sft-retention"] if row["domain"] != "all"},
+                **{
+                    f"retention.{row['domain']}": row["retention"]
+                    for row in tables["sft-retention"]
+                    if row["domain"] != "all"
+                },
                 "mean_winner_score": overall["mean_winner_score"],
                 "invalid_judgements": sum(row["judgements"] for row in tables["sft-judgements"] if not row["valid"]),
             }
@@ -525,9 +602,17 @@ def record(store, plan: Plan) -> StageResult:
         summary = _summary(metrics)
     complete_run(store, STAGE, plan, metrics, metrics_file)
     plot = plan.output_dir / SCORES_PLOT
-    tables = {} if metrics["selection"] == DIRECT_SELECTION else _breakdowns(store, metrics["selection"], metrics["judge"], queries)
+    tables = (
+        {}
+        if metrics["selection"] == DIRECT_SELECTION
+        else _breakdowns(store, metrics["selection"], metrics["judge"], queries)
+    )
     return StageResult(
-        stage=STAGE, metrics=metrics, output_path=plan.model_dir, summary=summary, tables=tables,
+        stage=STAGE,
+        metrics=metrics,
+        output_path=plan.model_dir,
+        summary=summary,
+        tables=tables,
         images={"sft-score-distribution": plot} if plot.is_file() else {},
     )
 

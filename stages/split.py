@@ -113,7 +113,7 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
     result from the temporary table `desired_splits`."""
     grouped = f"SELECT trajectory_id, {group_key_sql(config.group_by)} AS group_key FROM kept_trajectories"
     splits = f"""SELECT trajectory_id, group_key, {_pool_sql(config)} AS pool
-        FROM (SELECT *, {_position_sql(config.salt, 'group_key')} AS position FROM ({grouped}))"""
+        FROM (SELECT *, {_position_sql(config.salt, "group_key")} AS position FROM ({grouped}))"""
     seed = _quote(f"{config.seed}:")
     ranked = f"""SELECT p.pool, k.trajectory_id, k.turn_index,
             row_number() OVER (PARTITION BY k.trajectory_id ORDER BY k.turn_index) AS nth,
@@ -125,8 +125,12 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
             row_number() OVER (PARTITION BY trajectory_id ORDER BY turn_rank) AS rank,
             row_number() OVER (PARTITION BY trajectory_id, (nth = 1 OR nth = kept) ORDER BY turn_rank) AS middle_rank
         FROM ({ranked})"""
-    selections = {"sft": config.sft_targets, "rl": config.rl_targets, "val": config.val_targets,
-                  "eval": config.eval_targets}
+    selections = {
+        "sft": config.sft_targets,
+        "rl": config.rl_targets,
+        "val": config.val_targets,
+        "eval": config.eval_targets,
+    }
     per_pool = " OR ".join(f"(pool = '{pool}' AND {_selection_sql(s)})" for pool, s in selections.items())
     strategy = "CASE pool " + " ".join(f"WHEN '{pool}' THEN '{s.strategy}'" for pool, s in selections.items()) + " END"
     targets = f"""SELECT trajectory_id, turn_index, pool, {strategy} AS strategy,

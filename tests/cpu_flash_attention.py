@@ -42,8 +42,9 @@ def install(monkeypatch) -> KernelCalls:
         calls.whole_rows += 1
         return _attend(q, k, v, softmax_scale, causal)
 
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False):
+    def flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False
+    ):
         # flash-attn's kernels take the longest length as an int: a tensor here would fail there.
         assert isinstance(max_seqlen_q, int) and isinstance(max_seqlen_k, int), (type(max_seqlen_q), type(max_seqlen_k))
         assert torch.equal(cu_seqlens_q, cu_seqlens_k) and cu_seqlens_q.dtype == torch.int32
@@ -53,7 +54,9 @@ def install(monkeypatch) -> KernelCalls:
         calls.varlen += 1
         out = torch.empty_like(q)
         for start, end in zip(bounds, bounds[1:]):
-            out[start:end] = _attend(q[None, start:end], k[None, start:end], v[None, start:end], softmax_scale, causal)[0]
+            out[start:end] = _attend(q[None, start:end], k[None, start:end], v[None, start:end], softmax_scale, causal)[
+                0
+            ]
         return out
 
     def lazy_import_flash_attention(implementation, *args, **kwargs):

@@ -17,8 +17,15 @@ def questions(n: int) -> list[ChatRequest]:
 
 
 def endpoint(base_url: str, concurrency: int) -> EndpointConfig:
-    return EndpointConfig(backend="openai", base_url=base_url, model="test-model", api_key_env=None,
-                          concurrency=concurrency, timeout_s=10, backoff_initial_s=0.01)
+    return EndpointConfig(
+        backend="openai",
+        base_url=base_url,
+        model="test-model",
+        api_key_env=None,
+        concurrency=concurrency,
+        timeout_s=10,
+        backoff_initial_s=0.01,
+    )
 
 
 def main() -> None:

@@ -24,8 +24,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 FaultKind = Literal[
-    "rate_limit", "server_error", "unavailable", "hang", "reset", "truncated", "empty_choices", "answer", "unauthorized",
-    "unauthorized_masked", "unauthorized_reversed",
+    "rate_limit",
+    "server_error",
+    "unavailable",
+    "hang",
+    "reset",
+    "truncated",
+    "empty_choices",
+    "answer",
+    "unauthorized",
+    "unauthorized_masked",
+    "unauthorized_reversed",
 ]
 
 
@@ -108,7 +117,12 @@ class OpenAIServer:
             "created": int(time.time()),
             "model": request.get("model", self.model),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": None}
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
             ],
             # Words stand in for tokens: deterministic, and enough to check that usage is tallied.
             "usage": {
@@ -150,7 +164,9 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") != "/v1/models":
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
-            self._send_json(200, {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "test"}]})
+            self._send_json(
+                200, {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "test"}]}
+            )
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
@@ -175,8 +191,11 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send_json(status, {"error": {"message": f"injected {fault.kind}", "type": "server_error"}})
             elif fault.kind in ("unauthorized", "unauthorized_masked", "unauthorized_reversed"):
                 key = (entry.authorization or "").removeprefix("Bearer ")
-                shown = {"unauthorized": entry.authorization, "unauthorized_masked": f"{key[:8]}****...{key[-4:]}",
-                         "unauthorized_reversed": key[::-1]}[fault.kind]
+                shown = {
+                    "unauthorized": entry.authorization,
+                    "unauthorized_masked": f"{key[:8]}****...{key[-4:]}",
+                    "unauthorized_reversed": key[::-1],
+                }[fault.kind]
                 quoted = f"Incorrect API key provided: {shown}"
                 self._send_json(401, {"error": {"message": quoted, "type": "invalid_request_error"}})
             elif fault.kind == "hang":

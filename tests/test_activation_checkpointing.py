@@ -39,11 +39,17 @@ class NewTrainingArguments(OldTrainingArguments):
 @pytest.mark.parametrize(
     "arguments_class, enabled, expected",
     [
-        (NewTrainingArguments, True, {"activation_checkpointing": True,
-                                      "activation_checkpointing_kwargs": {"use_reentrant": False}}),
+        (
+            NewTrainingArguments,
+            True,
+            {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}},
+        ),
         (NewTrainingArguments, False, {"activation_checkpointing": False}),
-        (OldTrainingArguments, True, {"gradient_checkpointing": True,
-                                      "gradient_checkpointing_kwargs": {"use_reentrant": False}}),
+        (
+            OldTrainingArguments,
+            True,
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+        ),
         (OldTrainingArguments, False, {"gradient_checkpointing": False}),
     ],
 )
@@ -57,8 +63,12 @@ def test_the_installed_transformers_gets_the_new_name_without_a_deprecation_warn
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
-        args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none",
-                                 **activation_checkpointing_arguments(TrainingArguments, True))
+        args = TrainingArguments(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            report_to="none",
+            **activation_checkpointing_arguments(TrainingArguments, True),
+        )
     assert args.activation_checkpointing is True
     assert args.activation_checkpointing_kwargs == {"use_reentrant": False}
 
@@ -71,8 +81,10 @@ def test_rl_builds_its_grpo_config_on_a_transformers_without_activation_checkpoi
 
     before_524 = without_activation_checkpointing(trl.GRPOConfig)
     monkeypatch.setattr(trl, "GRPOConfig", before_524)
-    config = load_config(REPO / "data" / "configs" / "demo.yaml",
-                         [{"workspace": {"path": str(tmp_path)}, "rl": {"gpu": {"gradient_checkpointing": enabled}}}])
+    config = load_config(
+        REPO / "data" / "configs" / "demo.yaml",
+        [{"workspace": {"path": str(tmp_path)}, "rl": {"gpu": {"gradient_checkpointing": enabled}}}],
+    )
     args = grpo_arguments(config, tmp_path / "trainer", [0.9, 0.1])
     assert isinstance(args, before_524)
     assert args.gradient_checkpointing is enabled
@@ -83,8 +95,10 @@ def test_rl_builds_its_grpo_config_on_a_transformers_without_activation_checkpoi
 def test_rl_turns_activation_checkpointing_on_through_the_installed_grpo_config(tmp_path):
     from pipeline.rl.training import grpo_arguments
 
-    config = load_config(REPO / "data" / "configs" / "demo.yaml",
-                         [{"workspace": {"path": str(tmp_path)}, "rl": {"gpu": {"gradient_checkpointing": True}}}])
+    config = load_config(
+        REPO / "data" / "configs" / "demo.yaml",
+        [{"workspace": {"path": str(tmp_path)}, "rl": {"gpu": {"gradient_checkpointing": True}}}],
+    )
     args = grpo_arguments(config, tmp_path / "trainer", [0.9, 0.1])
     assert args.activation_checkpointing is True and args.gradient_checkpointing is True
 
@@ -99,10 +113,20 @@ def test_cpt_and_sft_build_their_training_arguments_on_a_transformers_without_ac
 
     before_524 = without_activation_checkpointing(transformers.TrainingArguments)
     monkeypatch.setattr(transformers, "TrainingArguments", before_524)
-    config = load_config(REPO / "data" / "configs" / "demo.yaml",
-                         [{"workspace": {"path": str(tmp_path)}, "cpt": {"gradient_checkpointing": enabled}}])
-    job = TrainingJob(stage="cpt", progress_label="cpt", base_ref="tiny", train_files=[], eval_files=[],
-                      trainer_dir=tmp_path / "trainer", model_dir=tmp_path / "model", settings=config.cpt)
+    config = load_config(
+        REPO / "data" / "configs" / "demo.yaml",
+        [{"workspace": {"path": str(tmp_path)}, "cpt": {"gradient_checkpointing": enabled}}],
+    )
+    job = TrainingJob(
+        stage="cpt",
+        progress_label="cpt",
+        base_ref="tiny",
+        train_files=[],
+        eval_files=[],
+        trainer_dir=tmp_path / "trainer",
+        model_dir=tmp_path / "model",
+        settings=config.cpt,
+    )
     args = _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1)
     assert isinstance(args, before_524)
     assert args.gradient_checkpointing is enabled

@@ -17,10 +17,20 @@ SYSTEM = "# Role and Objective\n\nYou are a **Terminal World Model**."
 def awb_row(turn_idx: int, **changes) -> dict:
     """A row of AgentWorldBench's `terminal_test.jsonl` (README, "Data Format"): the whole trajectory in
     `prompt` / `response`, the scored turn in `turn_idx` (1-indexed)."""
-    prompts = [f"### Turn {i}\n**Action:**\n```\n{cmd}\n```" for i, cmd in enumerate(["mkdir x", "ls", "cat a"], start=1)]
+    prompts = [
+        f"### Turn {i}\n**Action:**\n```\n{cmd}\n```" for i, cmd in enumerate(["mkdir x", "ls", "cat a"], start=1)
+    ]
     responses = [f"{MARKER}\n", f"{MARKER}\nx\n", f"{MARKER}\ncat: a: No such file or directory\n"]
-    row = {"task": "agentworldbench/terminal", "id": 7001 + turn_idx, "prompt": prompts, "response": responses,
-           "current_prompt": prompts[turn_idx - 1], "system_str": SYSTEM, "turn_idx": turn_idx, "total_turns": 3}
+    row = {
+        "task": "agentworldbench/terminal",
+        "id": 7001 + turn_idx,
+        "prompt": prompts,
+        "response": responses,
+        "current_prompt": prompts[turn_idx - 1],
+        "system_str": SYSTEM,
+        "turn_idx": turn_idx,
+        "total_turns": 3,
+    }
     row.update(changes)
     return row
 
@@ -38,7 +48,11 @@ def test_agentworldbench_rows_are_scored_at_their_turn_with_their_prompt_and_ful
     assert (read.records_read, read.records_failed, read.duplicates, len(read.items)) == (4, 1, 1, 2)
     assert "turn_idx" in read.failures[0]  # turn_idx 0 is not a turn: counted with its reason
     first, third = read.items
-    assert first.query.history == () and first.query.action.endswith("mkdir x\n```") and first.query.reference == f"{MARKER}\n"
+    assert (
+        first.query.history == ()
+        and first.query.action.endswith("mkdir x\n```")
+        and first.query.reference == f"{MARKER}\n"
+    )
     assert [t.action for t in third.query.history] == awb_row(3)["prompt"][:2]  # every earlier turn, as given
     assert [t.observation for t in third.query.history] == awb_row(3)["response"][:2]
     assert third.query.reference == awb_row(3)["response"][2] and third.query.history_left_out == 0
@@ -53,15 +67,25 @@ def test_history_is_cut_only_when_asked_and_each_item_says_how_much(tmp_path):
 
 
 def _trajectory(turns: list[tuple[str, str, dict]]) -> dict:
-    return {"schema": "simulacra/trajectory-v1", "domain": "terminal", "task": "t", "system": {"task_description": "a shell"},
-            "turns": [{"action": a, "observation": o, **({"metadata": m} if m else {})} for a, o, m in turns]}
+    return {
+        "schema": "simulacra/trajectory-v1",
+        "domain": "terminal",
+        "task": "t",
+        "system": {"task_description": "a shell"},
+        "turns": [{"action": a, "observation": o, **({"metadata": m} if m else {})} for a, o, m in turns],
+    }
 
 
 @pytest.mark.parametrize(
     ("field", "turns", "expected_targets", "designated"),
     [
         # Only the marked turn is scored: never the first, last and middle turns the eval pool would choose.
-        ("benchmark_target", [("ls", "a", {}), ("cat a", "1", {"benchmark_target": True}), ("ls", "a", {}), ("pwd", "/", {})], [1], True),
+        (
+            "benchmark_target",
+            [("ls", "a", {}), ("cat a", "1", {"benchmark_target": True}), ("ls", "a", {}), ("pwd", "/", {})],
+            [1],
+            True,
+        ),
         # The field name is configuration.
         ("scored", [("ls", "a", {"scored": True}), ("pwd", "/", {"scored": True})], [0, 1], True),
         ("scored", [("ls", "a", {"benchmark_target": True}), ("pwd", "/", {})], [0, 1], False),
@@ -73,7 +97,9 @@ def test_designated_targets_are_scored_exactly(tmp_path, field, turns, expected_
     path = _write_jsonl(tmp_path / "bench.jsonl", [_trajectory(turns)])
     read = read_benchmark([path], field, None)
     assert [item.query.turn_index for item in read.items] == expected_targets
-    assert (read.designated, read.every_turn) == ((len(expected_targets), 0) if designated else (0, len(expected_targets)))
+    assert (read.designated, read.every_turn) == (
+        (len(expected_targets), 0) if designated else (0, len(expected_targets))
+    )
     assert all(item.system_prompt is None for item in read.items)  # no own prompt: the model's trained template
 
 
@@ -108,8 +134,10 @@ def test_exact_and_per_line_agreement(prediction, reference, is_exact, agreement
 
 def _paths_of(tmp_path, sizes: dict[str, int]) -> list[str]:
     """One file per name, its trajectories of one turn each (every turn a target)."""
-    return [_write_jsonl(tmp_path / f"{name}.jsonl", [_trajectory([(f"cat {name}{i}", f"{i}", {})]) for i in range(size)])
-            for name, size in sizes.items()]
+    return [
+        _write_jsonl(tmp_path / f"{name}.jsonl", [_trajectory([(f"cat {name}{i}", f"{i}", {})]) for i in range(size)])
+        for name, size in sizes.items()
+    ]
 
 
 @pytest.mark.parametrize(

@@ -146,14 +146,32 @@ def test_a_trainer_with_the_mixin_publishes_checkpoints_and_tracks_the_best_one_
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(
-        Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=1, head_dim=8)
+        Qwen3Config(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+        )
     )
     rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (16, 12)).tolist()]
     args = TrainingArguments(
-        output_dir=str(tmp_path / "trainer"), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-2,
-        save_strategy="steps", save_steps=2, eval_strategy="steps", eval_steps=2, save_total_limit=1,
-        metric_for_best_model="loss", load_best_model_at_end=True, use_cpu=True, report_to="none", disable_tqdm=True,
+        output_dir=str(tmp_path / "trainer"),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        save_strategy="steps",
+        save_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_total_limit=1,
+        metric_for_best_model="loss",
+        load_best_model_at_end=True,
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
     )
     trainer = StageTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows[:4])
     trainer.train()

@@ -30,27 +30,58 @@ def forget_migration(workspace: Path) -> None:
 # (commands run first, or functions of the workspace; the command; the one line it must print)
 CASES = [
     ("cpt on an empty workspace", [], ["cpt"], "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first"),
-    ("cpt before scoring", [["ingest", TERMINAL], ["filter"], ["split"]], ["cpt"],
-     "cpt: 385 turn(s) of pool 'cpt' have no row in turn_scores (e.g. trajectory 00e7f8b5d3073192355eb865de8ca1c4 "
-     "turn 0): run `simulacra score` first"),
-    ("cpt after the keep ratios changed", [["ingest", TERMINAL], ["filter"], ["score"], ["split"]],
-     ["--set", "score.keep_ratios.echo=0.9", "cpt"],
-     "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version"),
+    (
+        "cpt before scoring",
+        [["ingest", TERMINAL], ["filter"], ["split"]],
+        ["cpt"],
+        "cpt: 385 turn(s) of pool 'cpt' have no row in turn_scores (e.g. trajectory 00e7f8b5d3073192355eb865de8ca1c4 "
+        "turn 0): run `simulacra score` first",
+    ),
+    (
+        "cpt after the keep ratios changed",
+        [["ingest", TERMINAL], ["filter"], ["score"], ["split"]],
+        ["--set", "score.keep_ratios.echo=0.9", "cpt"],
+        "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version",
+    ),
     ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
-    ("split before filter", [["ingest", TERMINAL]], ["split"],
-     "split: no trajectory has been filtered yet: run `simulacra filter` first"),
-    ("a workspace that cannot be written", [], ["--set", f"workspace.path={REPO}/pyproject.toml/ws", "split"],
-     f"split: cannot write the store {REPO}/pyproject.toml/ws/simulacra.duckdb (Not a directory): set `workspace.path` "
-     "to a folder you can write, or fix its permissions"),
-    ("ingest of a missing path", [], ["ingest", "/nonexistent/runs"],
-     "ingest: /nonexistent/runs: no such file, folder or glob match"),
-    ("ingest into a workspace its owner made read-only", [lambda workspace: workspace.chmod(0o555)], ["ingest", TERMINAL],
-     "ingest: cannot write {workspace}: it is mode 0555, which withholds rwx from its owner"),
-    ("stats before any data", [], ["stats"],
-     "stats: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first"),
-    ("stats of a store an older version wrote", [["ingest", TERMINAL], forget_migration], ["stats"],
-     "stats: {workspace}/simulacra.duckdb lacks migration(s) 3 (pool group keys), and a read-only command cannot "
-     "apply them: run a command that writes to it first (e.g. `simulacra split`)"),
+    (
+        "split before filter",
+        [["ingest", TERMINAL]],
+        ["split"],
+        "split: no trajectory has been filtered yet: run `simulacra filter` first",
+    ),
+    (
+        "a workspace that cannot be written",
+        [],
+        ["--set", f"workspace.path={REPO}/pyproject.toml/ws", "split"],
+        f"split: cannot write the store {REPO}/pyproject.toml/ws/simulacra.duckdb (Not a directory): set `workspace.path` "
+        "to a folder you can write, or fix its permissions",
+    ),
+    (
+        "ingest of a missing path",
+        [],
+        ["ingest", "/nonexistent/runs"],
+        "ingest: /nonexistent/runs: no such file, folder or glob match",
+    ),
+    (
+        "ingest into a workspace its owner made read-only",
+        [lambda workspace: workspace.chmod(0o555)],
+        ["ingest", TERMINAL],
+        "ingest: cannot write {workspace}: it is mode 0555, which withholds rwx from its owner",
+    ),
+    (
+        "stats before any data",
+        [],
+        ["stats"],
+        "stats: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first",
+    ),
+    (
+        "stats of a store an older version wrote",
+        [["ingest", TERMINAL], forget_migration],
+        ["stats"],
+        "stats: {workspace}/simulacra.duckdb lacks migration(s) 3 (pool group keys), and a read-only command cannot "
+        "apply them: run a command that writes to it first (e.g. `simulacra split`)",
+    ),
 ]
 
 
@@ -83,7 +114,10 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
 def test_the_installed_command_prints_no_traceback(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={tmp_path}", "cpt"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2
     assert done.stderr == "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first\n"
@@ -91,7 +125,9 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
 
 def test_a_config_error_keeps_each_field_on_one_line_whatever_the_terminal_width(tmp_path):
     """Issue 20.19: the field line used to wrap at the console's 80 columns."""
-    result = simulacra(tmp_path, "--set", "sft.judge.endpoint.base_url=http://user:SECRET@gpu-node.example.org:8000/v1", "split")
+    result = simulacra(
+        tmp_path, "--set", "sft.judge.endpoint.base_url=http://user:SECRET@gpu-node.example.org:8000/v1", "split"
+    )
     assert result.exit_code == 2
     header, field = result.stderr.splitlines()
     assert header == "config error: <defaults> (with overrides): invalid configuration"
@@ -101,7 +137,9 @@ def test_a_config_error_keeps_each_field_on_one_line_whatever_the_terminal_width
 
 def test_credentials_in_a_url_stop_a_pipeline_run_before_prefect_records_its_parameters(tmp_path):
     """Issue 20.10: the flow run's parameters hold the overrides; the refusal comes before the flow starts."""
-    result = simulacra(tmp_path, "run", "--stages", "ingest", "--set", "evaluate.judge.endpoint.base_url=http://u:SECRET@host/v1")
+    result = simulacra(
+        tmp_path, "run", "--stages", "ingest", "--set", "evaluate.judge.endpoint.base_url=http://u:SECRET@host/v1"
+    )
     assert result.exit_code == 2 and "SECRET" not in result.stderr
     assert "field `evaluate.judge.endpoint.base_url`: the URL holds credentials (user info)" in result.stderr
     assert not (tmp_path / "prefect").exists()

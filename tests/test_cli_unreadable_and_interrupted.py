@@ -37,8 +37,11 @@ def simulacra(workspace: Path, *args: str, as_nobody: bool = True) -> subprocess
     prefix = NOBODY if as_nobody else []
     return subprocess.run(
         [*prefix, sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", *args],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "HOME": str(workspace.parent)},
-        capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "HOME": str(workspace.parent)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -88,9 +91,22 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
                 handle.write(line.replace(b'"task": "', f'"task": "[{copy}] '.encode(), 1) + b"\n")
     workspace = tmp_path / "ws"
     child = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", "--set", "ingest.batch_trajectories=50",
-         "ingest", str(big)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "--set",
+            f"workspace.path={workspace}",
+            "--set",
+            "ingest.batch_trajectories=50",
+            "ingest",
+            str(big),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     database = workspace / "simulacra.duckdb"
     deadline = time.monotonic() + 120
@@ -104,11 +120,18 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 130, stderr
-    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
+    assert (
+        "Traceback" not in stderr
+        and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
+    )
 
     done = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={workspace}", "ingest", str(big)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     with Store(database, read_only=True) as store:
@@ -171,14 +194,21 @@ def test_every_ctrl_c_stops_the_command_with_one_line_and_status_130(tmp_path, p
     script = CONSOLE_SCRIPT.format(preamble=preamble, module=module, function=function)
     child = subprocess.Popen(
         [sys.executable, "-c", script, "--set", f"workspace.path={tmp_path / 'ws'}", "ingest", str(TERMINAL)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     if cue is not None:
         assert child.stderr.readline().strip() == cue
         child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 130, stderr
-    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
+    assert (
+        "Traceback" not in stderr
+        and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
+    )
 
 
 def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_error():

@@ -63,6 +63,8 @@ def test_cli_reports_config_error_with_exit_code_2(tmp_path: Path):
     assert "filter.min_turns" in result.output and str(path) in result.output
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "data" / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[1] / "data" / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_shipped_configs_are_valid(path: Path):
     load_config(path)

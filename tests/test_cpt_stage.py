@@ -103,8 +103,17 @@ def cpt_config(tmp_path, **cpt_fields):
     world = tmp_path / "world.txt"
     if not world.exists():  # written once per workspace: the tests rerun the stage on the same inputs
         world.write_text("Gunicorn is a Python WSGI HTTP server for UNIX. Flask is a lightweight web framework. " * 200)
-    fields = {"max_steps": 24, "save_steps": 8, "tokens_per_step": 1024, "micro_batch_rows": 4, "max_length": 256, "learning_rate": 3e-3,
-              "world_knowledge": [str(world)], "world_knowledge_token_ratio": 0.2, **cpt_fields}
+    fields = {
+        "max_steps": 24,
+        "save_steps": 8,
+        "tokens_per_step": 1024,
+        "micro_batch_rows": 4,
+        "max_length": 256,
+        "learning_rate": 3e-3,
+        "world_knowledge": [str(world)],
+        "world_knowledge_token_ratio": 0.2,
+        **cpt_fields,
+    }
     return load_config(None, [{"workspace": {"path": str(tmp_path / "workspace")}, "cpt": fields}])
 
 
@@ -179,7 +188,9 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
     assert (metrics["resumed_from_step"], metrics["first_step_this_run"], metrics["global_step"]) == (8, 8, 24)
     # Packed rows of 256 tokens, 4 a step, on the CPU's attention path and loss.
     assert (metrics["attention_implementation"], metrics["loss_implementation"], metrics["tokens_per_step"]) == (
-        "sdpa", "chunked", 1024
+        "sdpa",
+        "chunked",
+        1024,
     )
     assert metrics["eval_observation_ce_after"] < metrics["eval_observation_ce_before"]
     assert metrics["eval_observation_tokens_scored"] == metrics["eval_observation_tokens"] > 500
@@ -220,9 +231,14 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
     shutil.rmtree(run_dir / "model")
     with Store(config.workspace.database_path) as store:
         finished = cpt.run(config, store)
-    assert (finished.metrics["resumed_from_step"], finished.metrics["first_step_this_run"],
-            finished.metrics["global_step"]) == (24, None, 24)
-    assert finished.metrics["eval_observation_ce_after"] == pytest.approx(metrics["eval_observation_ce_after"], rel=1e-5)
+    assert (
+        finished.metrics["resumed_from_step"],
+        finished.metrics["first_step_this_run"],
+        finished.metrics["global_step"],
+    ) == (24, None, 24)
+    assert finished.metrics["eval_observation_ce_after"] == pytest.approx(
+        metrics["eval_observation_ce_after"], rel=1e-5
+    )
     assert finished.metrics["eval_observation_ce_before"] == metrics["eval_observation_ce_before"]
 
     # A completed run's resume checkpoints go when the workspace does not keep them, on the run that
@@ -232,7 +248,9 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
         again = cpt.run(config, store)
         assert store.rows("SELECT path FROM checkpoints") == [{"path": str(run_dir / "model")}]
     assert again.summary.startswith("already trained") and again.metrics == finished.metrics
-    assert list((run_dir / "trainer").glob("checkpoint-*")) == [] and (run_dir / "model" / "model.safetensors").is_file()
+    assert (
+        list((run_dir / "trainer").glob("checkpoint-*")) == [] and (run_dir / "model" / "model.safetensors").is_file()
+    )
 
 
 def test_training_reads_only_the_prepared_files_and_the_data_side_records_it(tmp_path):
@@ -272,7 +290,11 @@ def test_two_processes_under_torchrun_train_one_model(tmp_path):
     launched = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
         + ["-m", "stages.cpt", "--config", str(config_file)],
-        cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "non-main training process" in launched.stdout and "validation observation CE" in launched.stdout
@@ -317,8 +339,11 @@ def test_a_kill_while_a_checkpoint_is_written_resumes_from_the_previous_checkpoi
     fields = {"max_steps": 16, "save_steps": 8, "tokens_per_step": 1024, "micro_batch_rows": 4, "max_length": 256}
     config_file = tmp_path / "config.yaml"
     # Kept checkpoints: the test reads the re-saved checkpoint-16 after the run completes.
-    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace"), "keep_resume_checkpoints": True},
-                                           "cpt": fields}))
+    config_file.write_text(
+        yaml.safe_dump(
+            {"workspace": {"path": str(tmp_path / "workspace"), "keep_resume_checkpoints": True}, "cpt": fields}
+        )
+    )
     config = load_config(config_file)
     with Store(config.workspace.database_path) as store:
         fill_store(store, n_trajectories=30)
@@ -326,8 +351,11 @@ def test_a_kill_while_a_checkpoint_is_written_resumes_from_the_previous_checkpoi
     in_write = tmp_path / "in-checkpoint-write"
     child = subprocess.Popen(
         [sys.executable, "-c", PAUSED_IN_CHECKPOINT_WRITE, str(in_write), "16", str(config_file)],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 240

@@ -31,8 +31,9 @@ MACHINE_DEPENDENT = "terminal.jsonl"
 
 def run_builder(out: Path) -> Path:
     # Run from outside the repository: the script must not depend on the working directory.
-    result = subprocess.run([sys.executable, str(BUILDER), "--out", str(out)], cwd=out.parent, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(BUILDER), "--out", str(out)], cwd=out.parent, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, f"builder failed:\n{result.stderr}"
     return out
 
@@ -53,7 +54,7 @@ def second(tmp_path_factory) -> dict[str, bytes]:
 
 
 def jsonl_records(path: Path, first_line: int = 1) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()[first_line - 1:]]
+    return [json.loads(line) for line in path.read_text().splitlines()[first_line - 1 :]]
 
 
 def test_rebuild_is_byte_identical(fresh, request):
@@ -78,8 +79,10 @@ def test_committed_corpus_is_a_fresh_build(fresh):
 
 def test_committed_terminal_runs_are_a_fresh_build(fresh):
     if (COMMITTED / "terminal_env.md").read_bytes() != fresh["terminal_env.md"]:
-        pytest.skip("this machine's bash/coreutils/Python differ from the committed build's (terminal_env.md), "
-                    "so their messages may too; the other files were compared")
+        pytest.skip(
+            "this machine's bash/coreutils/Python differ from the committed build's (terminal_env.md), "
+            "so their messages may too; the other files were compared"
+        )
     assert (COMMITTED / MACHINE_DEPENDENT).read_bytes() == fresh[MACHINE_DEPENDENT]
 
 
@@ -93,8 +96,10 @@ def tool_call_turns() -> list[int]:
 
 
 def text_game_turns() -> list[int]:
-    return [sum(line.startswith("> ") for line in p.read_text().splitlines())
-            for p in sorted((COMMITTED / "text_games").glob("*.txt"))]
+    return [
+        sum(line.startswith("> ") for line in p.read_text().splitlines())
+        for p in sorted((COMMITTED / "text_games").glob("*.txt"))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -223,7 +228,7 @@ def test_tool_calls_are_openai_chat():
             message = messages[position]
             assert message["role"] in ("system", "user", "assistant"), f"{where}: unanswered tool reply at {position}"
             calls = message.get("tool_calls") or []
-            replies = messages[position + 1: position + 1 + len(calls)]
+            replies = messages[position + 1 : position + 1 + len(calls)]
             for call, reply in zip(calls, replies, strict=True):
                 assert call["type"] == "function" and call["function"]["name"] in declared, where
                 assert isinstance(json.loads(call["function"]["arguments"]), dict), where
@@ -234,8 +239,12 @@ def test_tool_calls_are_openai_chat():
 
 
 def test_tool_calls_include_errors_and_pagination():
-    contents = [json.loads(m["content"]) for c in json.loads((COMMITTED / "tool_calls.json").read_text())
-                for m in c["messages"] if m["role"] == "tool"]
+    contents = [
+        json.loads(m["content"])
+        for c in json.loads((COMMITTED / "tool_calls.json").read_text())
+        for m in c["messages"]
+        if m["role"] == "tool"
+    ]
     errors = {c["error"]["code"] for c in contents if "error" in c}
     assert {"not_found", "insufficient_stock", "invalid_arguments", "invalid_status", "invalid_page"} <= errors
     assert any(c.get("page", 1) > 1 for c in contents)

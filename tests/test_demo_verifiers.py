@@ -66,7 +66,9 @@ def test_each_verifier_accepts_its_reference_and_rejects_a_near_miss(turns):
         assert namespace["verify"](plausible_wrong(reference)) is False, where
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="checked as root, as CI runs (any user works where user namespaces are allowed)")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="checked as root, as CI runs (any user works where user namespaces are allowed)"
+)
 def test_each_distinct_verifier_in_the_sandbox(turns):
     """Every distinct verifier code through the sandbox, on the first turn carrying it: 25 for
     the reference, 0 for the near miss."""
@@ -84,10 +86,20 @@ def openai_chat_record(verifier: object) -> dict:
     return {
         "messages": [
             {"role": "user", "content": "How many books?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "count_books", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "name": "count_books", "content": '{"count": 3}',
-             **({} if verifier is None else {"verifier": verifier})},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "count_books", "arguments": "{}"}}
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "name": "count_books",
+                "content": '{"count": 3}',
+                **({} if verifier is None else {"verifier": verifier}),
+            },
             {"role": "assistant", "content": "Three."},
         ]
     }

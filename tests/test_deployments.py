@@ -72,23 +72,39 @@ def working_directory(deployment: dict) -> str:
 # CONFIG: the config `server start` was given.
 BOUND = [
     ("world-model-pipeline", "PROJECT", {"config_path": "CONFIG", "workspace": "/srv/ws"}),
-    ("nightly-data-refresh", "PROJECT", {"config_path": "CONFIG", "workspace": "/srv/ws", "stages": ["ingest", "filter", "score", "split"]}),
+    (
+        "nightly-data-refresh",
+        "PROJECT",
+        {"config_path": "CONFIG", "workspace": "/srv/ws", "stages": ["ingest", "filter", "score", "split"]},
+    ),
     ("cpt", "PROJECT", {"config_path": "CONFIG", "workspace": "/srv/ws"}),
     # The GPU stage gets its config and plan from the pipeline that dispatches it.
     ("process-gpu", "PROJECT", None),
     # The GPU image holds its own project folder and mounts the workspace volume.
-    ("world-model-pipeline-docker-gpu", "/opt/simulacra", {"config_path": "data/configs/demo.yaml", "workspace": "/workspace"}),
-    ("world-model-pipeline-kubernetes-gpu", "/opt/simulacra", {"config_path": "data/configs/demo.yaml", "workspace": "/workspace"}),
+    (
+        "world-model-pipeline-docker-gpu",
+        "/opt/simulacra",
+        {"config_path": "data/configs/demo.yaml", "workspace": "/workspace"},
+    ),
+    (
+        "world-model-pipeline-kubernetes-gpu",
+        "/opt/simulacra",
+        {"config_path": "data/configs/demo.yaml", "workspace": "/workspace"},
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,directory,parameters", BOUND, ids=[b[0] for b in BOUND])
-def test_process_deployments_record_the_project_folder_and_absolute_paths(project, tmp_path, name, directory, parameters):
+def test_process_deployments_record_the_project_folder_and_absolute_paths(
+    project, tmp_path, name, directory, parameters
+):
     config = tmp_path / "mine.yaml"
     deployment = bound(project, config)[name]
     place = {"PROJECT": str(project), "CONFIG": str(config)}
     assert working_directory(deployment) == place.get(directory, directory)
-    expected = {key: place.get(value, value) if isinstance(value, str) else value for key, value in (parameters or {}).items()}
+    expected = {
+        key: place.get(value, value) if isinstance(value, str) else value for key, value in (parameters or {}).items()
+    }
     expected = expected or None
     assert deployment.get("parameters") == expected
 

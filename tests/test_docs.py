@@ -47,7 +47,7 @@ def fenced_blocks(path: Path, language: str) -> list[tuple[int, str]]:
             current = None
             continue
         if current is not False:
-            current.append(line[len(indent):] if line.startswith(indent) else line)
+            current.append(line[len(indent) :] if line.startswith(indent) else line)
     return blocks
 
 
@@ -182,8 +182,9 @@ def problems_of(words: list[str]) -> list[str]:
         problems += check_simulacra(words[1:])
     elif program == "make":
         targets = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
-        problems += [f"`make {target}`: no such target in the Makefile" for target in targets
-                     if target not in makefile_targets()]
+        problems += [
+            f"`make {target}`: no such target in the Makefile" for target in targets if target not in makefile_targets()
+        ]
     return problems
 
 
@@ -217,8 +218,9 @@ def test_every_command_shown_exists():
 )
 def test_the_checker(line, expected):
     """The checker itself, on lines that must pass and lines that must not."""
-    assert [p.split(": ", 1)[-1] if p.startswith("--set") else p for words in commands_of(line)
-            for p in problems_of(words)] == [e.split(": ", 1)[-1] if e.startswith("--set") else e for e in expected]
+    assert [
+        p.split(": ", 1)[-1] if p.startswith("--set") else p for words in commands_of(line) for p in problems_of(words)
+    ] == [e.split(": ", 1)[-1] if e.startswith("--set") else e for e in expected]
 
 
 def reference_module():
@@ -235,8 +237,11 @@ def test_the_configuration_reference_names_every_field():
     under_shared = [path + "." for paths in shared.values() for path in paths]
     paths = list(reference.field_paths())
     assert len(paths) > 100
-    missing = [path for path in paths
-               if not any(path.startswith(prefix) for prefix in under_shared) and f"`{path}`" not in page]
+    missing = [
+        path
+        for path in paths
+        if not any(path.startswith(prefix) for prefix in under_shared) and f"`{path}`" not in page
+    ]
     for model in shared:
         section = page.split(f"### {model.__name__}\n", 1)[1].split("\n### ", 1)[0]
         missing += [f"{model.__name__}.{name}" for name in model.model_fields if f"| `{name}` |" not in section]

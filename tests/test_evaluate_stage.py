@@ -46,7 +46,9 @@ def prepared(tmp_path_factory) -> Path:
     config = load_config(None, [{"workspace": {"path": str(root / "workspace")}}])
     build_tiny_model(TinyModelConfig(), [REPO / "data/demo/terminal.jsonl"], root / "base-model")
     with Store(config.workspace.database_path) as store:
-        ingest.run(config, store, paths=[str(REPO / "data/demo/terminal.jsonl"), str(REPO / "data/demo/tool_calls.json")])
+        ingest.run(
+            config, store, paths=[str(REPO / "data/demo/terminal.jsonl"), str(REPO / "data/demo/tool_calls.json")]
+        )
         filter_stage.run(config, store)
         score.run(config, store)
         split.run(config, store)
@@ -54,16 +56,37 @@ def prepared(tmp_path_factory) -> Path:
             shutil.copytree(root / "base-model", root / f"{stage}-model")
             store.execute(
                 "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, now(), '{}')",
-                [f"{stage}-test", stage, f"{stage}-fingerprint", str(root / f"{stage}-model"), str(root / "base-model")],
+                [
+                    f"{stage}-test",
+                    stage,
+                    f"{stage}-fingerprint",
+                    str(root / f"{stage}-model"),
+                    str(root / "base-model"),
+                ],
             )
     return root
 
 
 def _config(root: Path, fail: bool = True, **evaluate):
-    settings = {"max_queries": 6, "batch_queries": 4, "max_length": 1024, "max_history_chars": 2000,
-                "predictor": {"max_tokens": 640, "batch_size": 6, "temperature": 0.0}, **evaluate}
-    return load_config(None, [{"workspace": {"path": str(root / "workspace")}, "model": {"base": str(root / "base-model")},
-                               "orchestration": {"fail_stage": "evaluate" if fail else None}, "evaluate": settings}])
+    settings = {
+        "max_queries": 6,
+        "batch_queries": 4,
+        "max_length": 1024,
+        "max_history_chars": 2000,
+        "predictor": {"max_tokens": 640, "batch_size": 6, "temperature": 0.0},
+        **evaluate,
+    }
+    return load_config(
+        None,
+        [
+            {
+                "workspace": {"path": str(root / "workspace")},
+                "model": {"base": str(root / "base-model")},
+                "orchestration": {"fail_stage": "evaluate" if fail else None},
+                "evaluate": settings,
+            }
+        ],
+    )
 
 
 def _copy(prepared: Path, name: str) -> Path:
@@ -99,7 +122,8 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
         by_seen = store.rows(
             "SELECT e.model, count(*) FILTER (WHERE p.seen_in_training) AS seen, "
             "avg((p.judge_raw - 1) / 4 * 100) FILTER (WHERE NOT p.seen_in_training) AS unseen "
-            "FROM eval_predictions p JOIN evaluations e USING (evaluation_id) GROUP BY 1")
+            "FROM eval_predictions p JOIN evaluations e USING (evaluation_id) GROUP BY 1"
+        )
 
     assert len(first_batch) == 4 and set(first_batch) <= set(rows)  # committed rows kept as they were
     assert Counter(row[0] for row in rows) == {model: 6 for model in MODELS}
@@ -126,13 +150,19 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
     # Over the judged rows only: the sft answers did not parse (issue 17, item 12).
     assert correlations[-1]["domain"] == "all" and correlations[-1]["rows"] == 18
     # Every score with its 95% interval over targets, every model paired with the one it started from (issue 28).
-    assert all(row["score_low"] <= row["score_high"] and row["score_ci"].startswith(f"{row['score']:.1f} [")
-               for row in table if row["score"] is not None)
+    assert all(
+        row["score_low"] <= row["score_high"] and row["score_ci"].startswith(f"{row['score']:.1f} [")
+        for row in table
+        if row["score"] is not None
+    )
     comparisons = result.tables["evaluate-comparisons"]
     overall_scores = [c for c in comparisons if c["measure"] == "score" and c["domain"] == "all"]
     assert {(c["model"], c["compared_with"], c["relation"]) for c in overall_scores} == {
-        ("cpt", "base", "started from"), ("sft", "cpt", "started from"), ("sft", "base", "base"),
-        *((model, "retrieval baseline", "retrieval baseline") for model in ("base", "cpt", "sft"))}
+        ("cpt", "base", "started from"),
+        ("sft", "cpt", "started from"),
+        ("sft", "base", "base"),
+        *((model, "retrieval baseline", "retrieval baseline") for model in ("base", "cpt", "sft")),
+    }
     assert "cpt vs base " in result.summary and "sft vs cpt " in result.summary
     report = json.loads(Path(result.metrics["report"]).read_text())
     assert len(report["comparisons"]) == len(comparisons) and "score_low" in report["table"][0]
@@ -150,9 +180,12 @@ def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
     with Store(config.workspace.database_path) as store:
         action, observation = store.execute(
             "SELECT k.action, k.observation FROM kept_turns k JOIN splits s USING (trajectory_id) WHERE s.pool = 'cpt' "
-            "ORDER BY 1, 2 LIMIT 1").fetchone()
-        queries = [Query("e1", 1, "terminal", SystemPrompt(), (), action, observation, 0),
-                   Query("e2", 1, "terminal", SystemPrompt(), (), action, observation + " (changed)", 0)]
+            "ORDER BY 1, 2 LIMIT 1"
+        ).fetchone()
+        queries = [
+            Query("e1", 1, "terminal", SystemPrompt(), (), action, observation, 0),
+            Query("e2", 1, "terminal", SystemPrompt(), (), action, observation + " (changed)", 0),
+        ]
         assert seen_in_training(store, queries) == {"e1:1"}
 
 
@@ -178,30 +211,54 @@ def test_benchmark_rows_are_scored_as_the_benchmark_defines_them(prepared):
     bench = root / "AgentWorldBench"
     bench.mkdir()
     (bench / "terminal_test.jsonl").write_text("".join(json.dumps(awb_row(t)) + "\n" for t in (1, 2, 3)))
-    tool = {"task": "mcp", "id": 1, "prompt": ['### Turn 1\n**Action:**\n{"name": "get_weather"}'],
-            "response": [f"{MARKER}\n{{\"temp\": 3}}"], "current_prompt": "x", "system_str": SYSTEM, "turn_idx": 1, "total_turns": 1}
+    tool = {
+        "task": "mcp",
+        "id": 1,
+        "prompt": ['### Turn 1\n**Action:**\n{"name": "get_weather"}'],
+        "response": [f'{MARKER}\n{{"temp": 3}}'],
+        "current_prompt": "x",
+        "system_str": SYSTEM,
+        "turn_idx": 1,
+        "total_turns": 1,
+    }
     (bench / "mcp_test.jsonl").write_text(json.dumps(tool) + "\n")
     with OpenAIServer(answer=benchmark_answer) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout_s": 30}
-        config = _config(root, fail=False, judge={"kind": "semantic"}, baseline_history_turns=None, exclude_empty_generations=True,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 640})
+        config = _config(
+            root,
+            fail=False,
+            judge={"kind": "semantic"},
+            baseline_history_turns=None,
+            exclude_empty_generations=True,
+            predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.6, "max_tokens": 640},
+        )
         with Store(config.workspace.database_path) as store:
             trajectories = store.scalar("SELECT count(*) FROM trajectories")
             result = evaluate.run(config, store, checkpoints=["world-model"], data=[str(bench)])
             assert store.scalar("SELECT count(*) FROM trajectories") == trajectories
-            rows = store.rows("SELECT domain, turn_index, parse_status, judge_raw, exact, history_left_out FROM eval_predictions "
-                              "ORDER BY domain, turn_index")
+            rows = store.rows(
+                "SELECT domain, turn_index, parse_status, judge_raw, exact, history_left_out FROM eval_predictions "
+                "ORDER BY domain, turn_index"
+            )
         requests = [e.body for e in server.log]
 
     assert all(r["messages"][0] == {"role": "system", "content": SYSTEM} for r in requests)  # the row's own prompt
     assert sorted(len(r["messages"]) for r in requests) == [2, 2, 4, 6]  # the whole history, as user/assistant turns
     assert all(r["temperature"] == 0.6 for r in requests)
     assert [(r["domain"], r["turn_index"], r["parse_status"]) for r in rows] == [
-        ("mcp", 0, "ok"), ("terminal", 0, "empty_generation"), ("terminal", 1, "ok"), ("terminal", 2, "ok")]
+        ("mcp", 0, "ok"),
+        ("terminal", 0, "empty_generation"),
+        ("terminal", 1, "ok"),
+        ("terminal", 2, "ok"),
+    ]
     assert rows[1]["judge_raw"] is None and rows[2]["exact"] is True and rows[3]["exact"] is False
     assert all(r["history_left_out"] == 0 for r in rows)
     metrics = result.metrics
-    assert (metrics["benchmark.records_read"], metrics["benchmark.items"], metrics["benchmark.records_failed"]) == (4, 4, 0)
+    assert (metrics["benchmark.records_read"], metrics["benchmark.items"], metrics["benchmark.records_failed"]) == (
+        4,
+        4,
+        0,
+    )
     table = {row["domain"]: row for row in result.tables["evaluate-table"]}
     assert table["terminal"]["empty"] == 1 and table["terminal"]["judged"] == 2 and table["all"]["judged"] == 3
     assert table["terminal"]["exact"] == pytest.approx(0.5)  # the marker stripped from both sides
@@ -226,10 +283,28 @@ def scripted(request: dict) -> str:
     system prompt asks for the thinking format, the observation alone where it asks for the direct one."""
     if "## Criteria" in request["messages"][0]["content"]:
         if _digest(_reference(request)) % 3 == 0:
-            return json.dumps({"content_classes": [], "format": 7, "factuality": 1, "consistency": 1, "realism": 1,
-                               "quality": 1, "rationale": "out of range"})
-        return json.dumps({"content_classes": ["deterministic output"], "format": 5, "factuality": 3, "consistency": 4,
-                           "realism": 4, "quality": 4, "rationale": "scripted"})
+            return json.dumps(
+                {
+                    "content_classes": [],
+                    "format": 7,
+                    "factuality": 1,
+                    "consistency": 1,
+                    "realism": 1,
+                    "quality": 1,
+                    "rationale": "out of range",
+                }
+            )
+        return json.dumps(
+            {
+                "content_classes": ["deterministic output"],
+                "format": 5,
+                "factuality": 3,
+                "consistency": 4,
+                "realism": 4,
+                "quality": 4,
+                "rationale": "scripted",
+            }
+        )
     if "<think>" not in request["messages"][0]["content"]:
         return "total 0\n"
     return "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
@@ -240,11 +315,23 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
 
     root = _copy(prepared, "served")
     with OpenAIServer(answer=scripted) as server:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "concurrency": 2, "max_retries": 0, "timeout_s": 30}
-        config = _config(root, baseline_history_turns=None,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
-                         judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0}})
-        folders = [str(root / "base-model"), str(prepared / "sft-model")]  # the copy's store registers prepared's folders
+        endpoint = {
+            "backend": "openai",
+            "base_url": server.base_url,
+            "concurrency": 2,
+            "max_retries": 0,
+            "timeout_s": 30,
+        }
+        config = _config(
+            root,
+            baseline_history_turns=None,
+            predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
+            judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0}},
+        )
+        folders = [
+            str(root / "base-model"),
+            str(prepared / "sft-model"),
+        ]  # the copy's store registers prepared's folders
         with Store(config.workspace.database_path) as store:
             with pytest.raises(InjectedFault):
                 evaluate.run(config, store, checkpoints=folders)
@@ -270,7 +357,11 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
     invalid = [row for row in judged if not row["judge_valid"]]
     assert len(judged) == 12 and 0 < len(invalid) < 12
     assert all(row["judge_raw"] is None for row in invalid)
-    assert all(row["judge_raw"] == 4.0 and row["format"] == 5 and row["factuality"] == 3 for row in judged if row["judge_valid"])
+    assert all(
+        row["judge_raw"] == 4.0 and row["format"] == 5 and row["factuality"] == 3
+        for row in judged
+        if row["judge_valid"]
+    )
     # Both models judged the same way: the mean of 5/3/4/4/4 is 4, (4 - 1) / 4 x 100 = 75; criteria mapped alike.
     for model in ("base", "sft"):
         assert overall[model]["score"] == pytest.approx(75.0)
@@ -286,21 +377,37 @@ def test_a_judge_request_that_failed_is_asked_again_by_the_next_run(prepared):
     root = _copy(prepared, "judge-failed")
     prediction = "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
     with OpenAIServer(answer=scripted) as server:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "concurrency": 1, "max_retries": 0, "timeout_s": 30}
-        config = _config(root, fail=False, baseline_history_turns=None,
-                         predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
-                         judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0,
-                                                            "max_failed_fraction": 0.5}})
+        endpoint = {
+            "backend": "openai",
+            "base_url": server.base_url,
+            "concurrency": 1,
+            "max_retries": 0,
+            "timeout_s": 30,
+        }
+        config = _config(
+            root,
+            fail=False,
+            baseline_history_turns=None,
+            predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
+            judge={
+                "kind": "llm",
+                "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0, "max_failed_fraction": 0.5},
+            },
+        )
         folders = [str(root / "base-model")]
         # The 6 predictions are asked first; then the judge's first two requests are refused.
         server.faults.extend([Fault("answer", text=prediction)] * 6 + [Fault("unauthorized")] * 2)
         with Store(config.workspace.database_path) as store:
             evaluate.run(config, store, checkpoints=folders)
-            failed = store.scalar("SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'")
+            failed = store.scalar(
+                "SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'"
+            )
             before = len(server.log)
             evaluate.run(config, store, checkpoints=folders)
             judged_again = [e for e in server.log[before:] if e.body["model"] == "judge-model"]
-            still_failed = store.scalar("SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'")
+            still_failed = store.scalar(
+                "SELECT count(*) FROM eval_predictions WHERE judge_invalid_reason LIKE 'request failed:%'"
+            )
     assert failed == 2
     assert len(judged_again) == 2 and all(e.outcome == "answered" for e in judged_again)
     assert still_failed == 0

@@ -58,8 +58,20 @@ def test_an_interval_brackets_the_mean_and_is_the_same_every_time():
         ("identical models", [40 + x for x in NOISE], [40 + x for x in NOISE], False, "no measurable change"),
         ("shifted up by 20 points", [60 + x for x in NOISE], [40 + x for x in NOISE[::-1]], False, "improved"),
         ("shifted down by 20 points", [20 + x for x in NOISE], [40 + x for x in NOISE[::-1]], False, "WORSE"),
-        ("noise only: crosses zero", [40 + x for x in NOISE], [40 + x for x in NOISE[::-1]], False, "no measurable change"),
-        ("CE down by 0.5 nats: better", [1.5 + x / 10 for x in NOISE], [2.0 + x / 10 for x in NOISE[::-1]], True, "improved"),
+        (
+            "noise only: crosses zero",
+            [40 + x for x in NOISE],
+            [40 + x for x in NOISE[::-1]],
+            False,
+            "no measurable change",
+        ),
+        (
+            "CE down by 0.5 nats: better",
+            [1.5 + x / 10 for x in NOISE],
+            [2.0 + x / 10 for x in NOISE[::-1]],
+            True,
+            "improved",
+        ),
         ("CE up by 0.5 nats: worse", [2.5 + x / 10 for x in NOISE], [2.0 + x / 10 for x in NOISE[::-1]], True, "WORSE"),
     ],
 )
@@ -81,7 +93,13 @@ def test_identical_models_differ_by_exactly_zero():
         (Interval(6.3, 1.2, 11.0, 30), "", False, 1, "improved +6.3 [+1.2, +11.0]"),
         (Interval(-4.0, -7.9, -0.6, 30), "val score", False, 1, "val score WORSE -4.0 [-7.9, -0.6]"),
         (Interval(1.0, -2.1, 4.3, 30), "", False, 1, "no measurable change +1.0 [-2.1, +4.3]"),
-        (Interval(-0.12, -0.2, -0.05, 30), "observation_ce", True, 3, "observation_ce improved -0.120 [-0.200, -0.050]"),
+        (
+            Interval(-0.12, -0.2, -0.05, 30),
+            "observation_ce",
+            True,
+            3,
+            "observation_ce improved -0.120 [-0.200, -0.050]",
+        ),
     ],
 )
 def test_change_words(interval, what, lower_is_better, digits, expected):
@@ -106,9 +124,19 @@ DOMAINS = ("terminal", "terminal", "terminal", "mcp", "mcp", "mcp") * 2  # 12 ta
 
 
 def _judged(raw: float, ce: float | None = None, exact: bool = False, status: str = "ok") -> dict:
-    return {"parse_status": status, "judge_raw": raw, "judge_valid": True, "similarity": 0.5, "semantic_match": raw >= 3,
-            "rouge_l": (raw - 1) / 4, "exact_match": exact, "exact": exact, "line_agreement": 0.5,
-            "ce_sum": None if ce is None else ce * 10, "ce_tokens": None if ce is None else 10}
+    return {
+        "parse_status": status,
+        "judge_raw": raw,
+        "judge_valid": True,
+        "similarity": 0.5,
+        "semantic_match": raw >= 3,
+        "rouge_l": (raw - 1) / 4,
+        "exact_match": exact,
+        "exact": exact,
+        "line_agreement": 0.5,
+        "ce_sum": None if ce is None else ce * 10,
+        "ce_tokens": None if ce is None else 10,
+    }
 
 
 UNSCORED = {"parse_status": "generation_failed", "judge_raw": None}
@@ -132,14 +160,26 @@ def _evaluated_store(store) -> list[str]:
     ids = []
     for model, rows in MODELS.items():
         evaluation_id = f"eval-{STAGES[model]}"
-        store.execute("INSERT INTO evaluations VALUES (?, ?, ?, ?, NULL, 'non_thinking', ?, 'eval pool, 12 target turns', "
-                      "'set-fp', 'semantic', 'judge-fp', 12, false, now(), NULL)",
-                      [evaluation_id, f"{model}-checkpoint", model, STAGES[model], f"{model}-fp"])
+        store.execute(
+            "INSERT INTO evaluations VALUES (?, ?, ?, ?, NULL, 'non_thinking', ?, 'eval pool, 12 target turns', "
+            "'set-fp', 'semantic', 'judge-fp', 12, false, now(), NULL)",
+            [evaluation_id, f"{model}-checkpoint", model, STAGES[model], f"{model}-fp"],
+        )
         for i, (domain, row) in enumerate(zip(DOMAINS, rows)):
-            columns = {"evaluation_id": evaluation_id, "query_id": f"q{i:02d}", "trajectory_id": f"t{i}", "turn_index": 1,
-                       "domain": domain, "created_at": datetime(2026, 12, 2), "seen_in_training": i == 0, **row}
-            store.execute(f"INSERT INTO eval_predictions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                          list(columns.values()))
+            columns = {
+                "evaluation_id": evaluation_id,
+                "query_id": f"q{i:02d}",
+                "trajectory_id": f"t{i}",
+                "turn_index": 1,
+                "domain": domain,
+                "created_at": datetime(2026, 12, 2),
+                "seen_in_training": i == 0,
+                **row,
+            }
+            store.execute(
+                f"INSERT INTO eval_predictions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                list(columns.values()),
+            )
         _aggregate(store, evaluation_id)
         ids.append(evaluation_id)
     return ids
@@ -158,7 +198,12 @@ def test_every_row_carries_its_intervals(store):
     assert base["score_low"] < base["score"] < base["score_high"] and base["score_pm"] > 0
     assert base["score_ci"] == f"{base['score']:.1f} [{base['score_low']:.1f}, {base['score_high']:.1f}]"
     # A constant column: the retrieval baseline scores 50 on every target, parses every answer.
-    assert (baseline["score"], baseline["score_low"], baseline["score_high"], baseline["score_pm"]) == (50.0, 50.0, 50.0, 0.0)
+    assert (baseline["score"], baseline["score_low"], baseline["score_high"], baseline["score_pm"]) == (
+        50.0,
+        50.0,
+        50.0,
+        0.0,
+    )
     assert (baseline["parse_rate_low"], baseline["parse_rate_high"]) == (1.0, 1.0)
     assert baseline["observation_ce_low"] is None  # not a language model: no CE, no interval
     # The macro mean's interval on the `all` row only; score_unseen's without the seen target q00.
@@ -174,10 +219,14 @@ def test_each_trained_model_is_compared_with_the_model_it_started_from(store):
     compared = _comparisons(rows)
 
     relations = {(model, other): c["relation"] for (model, other, domain, measure), c in compared.items()}
-    assert relations == {("cpt", "base"): "started from", ("sft", "cpt"): "started from", ("sft", "base"): "base",
-                         ("base", "retrieval baseline"): "retrieval baseline",
-                         ("cpt", "retrieval baseline"): "retrieval baseline",
-                         ("sft", "retrieval baseline"): "retrieval baseline"}
+    assert relations == {
+        ("cpt", "base"): "started from",
+        ("sft", "cpt"): "started from",
+        ("sft", "base"): "base",
+        ("base", "retrieval baseline"): "retrieval baseline",
+        ("cpt", "retrieval baseline"): "retrieval baseline",
+        ("sft", "retrieval baseline"): "retrieval baseline",
+    }
     # +2 on the 1-5 scale on every target both scored (cpt's failed target 11 left out): +50 exactly.
     gain = compared["cpt", "base", "all", "score"]
     assert (gain["difference"], gain["low"], gain["high"], gain["targets"]) == (50.0, 50.0, 50.0, 11)
@@ -200,8 +249,9 @@ def test_the_summary_and_the_card_say_it_in_words(store):
     ids = _evaluated_store(store)
     rows = table_rows(store, ids)
     compared = [c for row in rows for c in row["comparisons"]]
-    summary = _summary(rows, compared, EvalSet("eval pool, 12 target turns", [], "set-fp", frozenset(), {}, {}),
-                       "semantic", 0, 4)
+    summary = _summary(
+        rows, compared, EvalSet("eval pool, 12 target turns", [], "set-fp", frozenset(), {}, {}), "semantic", 0, 4
+    )
     card_rows = evaluation_rows(store, "cpt-checkpoint")
     card = markdown_table(card_rows)
 
@@ -212,8 +262,10 @@ def test_the_summary_and_the_card_say_it_in_words(store):
     assert [row["score_ci"] for row in card_rows] == [row["score_ci"] for row in rows]  # the card's rows as the stage's
     assert "| retrieval baseline | all | 12 | 50.0 [50.0, 50.0] |" in card
     # 3 exact matches of 11 more than base: an interval that reaches 0 is no measurable change.
-    assert ("- cpt vs base (started from): score improved +50.0 [+50.0, +50.0]; exact_match no measurable change "
-            "+0.273 [+0.000, +0.545]; observation_ce improved -0.500 [-0.500, -0.500]") in card
+    assert (
+        "- cpt vs base (started from): score improved +50.0 [+50.0, +50.0]; exact_match no measurable change "
+        "+0.273 [+0.000, +0.545]; observation_ce improved -0.500 [-0.500, -0.500]"
+    ) in card
     assert "lower is better" in card
 
 
@@ -226,13 +278,21 @@ def test_pairs_follow_the_stage_order_among_the_models_present():
     def named(*stages: str) -> set[tuple[str, str, str]]:
         return {(model.model, other.model, relation) for model, other, relation in pairs(evaluated(*stages))}
 
-    assert named("base", "cpt", "sft", "rl") == {("cpt", "base", "started from"), ("sft", "cpt", "started from"),
-                                                 ("rl", "sft", "started from"), ("rl", "base", "base")}
+    assert named("base", "cpt", "sft", "rl") == {
+        ("cpt", "base", "started from"),
+        ("sft", "cpt", "started from"),
+        ("rl", "sft", "started from"),
+        ("rl", "base", "base"),
+    }
     # No sft evaluated: rl is compared with the stage before it that is present.
     assert named("base", "cpt", "rl", "baseline") == {
-        ("cpt", "base", "started from"), ("rl", "cpt", "started from"), ("rl", "base", "base"),
-        ("base", "baseline", "retrieval baseline"), ("cpt", "baseline", "retrieval baseline"),
-        ("rl", "baseline", "retrieval baseline")}
+        ("cpt", "base", "started from"),
+        ("rl", "cpt", "started from"),
+        ("rl", "base", "base"),
+        ("base", "baseline", "retrieval baseline"),
+        ("cpt", "baseline", "retrieval baseline"),
+        ("rl", "baseline", "retrieval baseline"),
+    }
     assert named("base", "cpt") == {("cpt", "base", "started from")}  # base is its predecessor: no second pair
     assert named("external", "baseline") == {("external", "baseline", "retrieval baseline")}
 

@@ -24,7 +24,9 @@ from pipeline.store.schema import SystemPrompt
 def test_agentworldbench_maps_the_1_to_5_scale_onto_0_to_100(raw, expected):
     import duckdb
 
-    [(score,)] = duckdb.connect().execute(f"SELECT {agentworldbench_sql('raw')} FROM (SELECT {raw}::DOUBLE AS raw)").fetchall()
+    [(score,)] = (
+        duckdb.connect().execute(f"SELECT {agentworldbench_sql('raw')} FROM (SELECT {raw}::DOUBLE AS raw)").fetchall()
+    )
     assert score == pytest.approx(expected)
 
 
@@ -33,7 +35,12 @@ def test_agentworldbench_maps_the_1_to_5_scale_onto_0_to_100(raw, expected):
     [
         ("hello\n", "hello", True, "trailing whitespace is not content"),
         ("a.txt  \nb.txt", "a.txt\nb.txt", True, "nor is whitespace at line ends"),
-        ("built at 2026-11-30T19:20:01Z", "built at 2024-01-02T03:04:05+01:00", True, "timestamps are runtime metadata"),
+        (
+            "built at 2026-11-30T19:20:01Z",
+            "built at 2024-01-02T03:04:05+01:00",
+            True,
+            "timestamps are runtime metadata",
+        ),
         ("-rw-r--r-- 1 u u 12 Nov 30 19:20 x", "-rw-r--r-- 1 u u 12 Jan  2 08:01 x", True, "so are ls dates and times"),
         ("[1] 4242", "[1] 977", True, "the PID after a job number is runtime metadata"),
         ("[1] 4242", "[2] 4242", False, "the job number is content"),
@@ -74,7 +81,9 @@ def test_json_validity_only_where_the_reference_is_json(prediction, reference, e
     assert json_validity(prediction, reference) is expected
 
 
-@pytest.mark.parametrize(("similarity", "threshold", "expected"), [(0.9, 0.5, True), (0.5, 0.5, False), (0.51, 0.5, True), (0.2, 0.9, True)])
+@pytest.mark.parametrize(
+    ("similarity", "threshold", "expected"), [(0.9, 0.5, True), (0.5, 0.5, False), (0.51, 0.5, True), (0.2, 0.9, True)]
+)
 def test_semantic_match_is_rwml_rule(similarity, threshold, expected):
     assert semantic_match(similarity, threshold) is expected
 
@@ -107,7 +116,9 @@ def test_spearman(xs, ys, expected):
         ("a.txt", "rl-thinking", "missing_think", None, None),
     ],
 )
-def test_the_observation_is_extracted_strictly_in_the_thinking_format(text, prompt_format, status, observation, thinking):
+def test_the_observation_is_extracted_strictly_in_the_thinking_format(
+    text, prompt_format, status, observation, thinking
+):
     assert extract_observation(text, prompt_format) == (status, observation, thinking)
 
 
@@ -141,7 +152,9 @@ QUERY = Query("t1", 1, "terminal", SystemPrompt(task_description="a shell", acti
         ("rl", False, RL_DIRECT, rl_system_prompt("terminal", QUERY.system, None, thinking=False)),
     ],
 )
-def test_each_stage_is_asked_in_the_template_and_format_it_trained_in(stage, thinking, prompt_format, expected_system, tmp_path):
+def test_each_stage_is_asked_in_the_template_and_format_it_trained_in(
+    stage, thinking, prompt_format, expected_system, tmp_path
+):
     from pipeline.prompts.answer_format import model_format, stage_format, write_model_format
 
     assert stage_format(stage, thinking).name == prompt_format
@@ -160,12 +173,16 @@ def test_every_format_is_scored_by_one_rule():
     config = load_config(None, [{"evaluate": {"judge": {"kind": "semantic"}}}])
     scorer = Scorer(config, None)
     queries = [Query("t1", 1, "terminal", QUERY.system, (), "cat a.txt", "hello world\n", 0)] * 3
-    predictions = [Prediction("missing_think", None, None, None), Prediction("ok", "", None, None),
-                   Prediction("generation_failed", None, None, "HTTP 500")]
+    predictions = [
+        Prediction("missing_think", None, None, None),
+        Prediction("ok", "", None, None),
+        Prediction("generation_failed", None, None, "HTTP 500"),
+    ]
     unparsed, empty, failed = scorer.rows(queries, predictions)
     assert unparsed["parse_status"] == "missing_think" and empty["parse_status"] == "ok"
-    assert {k: v for k, v in unparsed.items() if k not in ("parse_status", "prediction")} == \
-        {k: v for k, v in empty.items() if k not in ("parse_status", "prediction")}
+    assert {k: v for k, v in unparsed.items() if k not in ("parse_status", "prediction")} == {
+        k: v for k, v in empty.items() if k not in ("parse_status", "prediction")
+    }
     assert unparsed["judge_raw"] is not None and unparsed["judge_valid"] and unparsed["rouge_l"] == 0.0
     assert failed.get("judge_raw") is None and failed["error"] == "HTTP 500"  # the endpoint's failure: no score
 

@@ -26,19 +26,30 @@ def answer(request: dict) -> str:
     if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
         return CANDIDATE
     if "## Criteria" in request["messages"][0]["content"]:
-        return json.dumps({"content_classes": [], "format": 4, "factuality": 4, "consistency": 4, "realism": 4,
-                           "quality": 4, "rationale": "close"})
+        return json.dumps(
+            {
+                "content_classes": [],
+                "format": 4,
+                "factuality": 4,
+                "consistency": 4,
+                "realism": 4,
+                "quality": 4,
+                "rationale": "close",
+            }
+        )
     return json.dumps({"winner": "A", "rationale": "closer"})
 
 
 def sample(store, server):
     endpoint = {"backend": "openai", "base_url": server.base_url, "model": "m", "max_retries": 0, "api_key_env": None}
-    generators, clients = build_generators([GeneratorConfig(kind="endpoint", samples=2, endpoint=endpoint)], store,
-                                           None, "unused", "pools")
+    generators, clients = build_generators(
+        [GeneratorConfig(kind="endpoint", samples=2, endpoint=endpoint)], store, None, "unused", "pools"
+    )
     judge_config = JudgeConfig(kind="llm", endpoint=endpoint)
     judge, judge_client = build_judge(judge_config, store)
-    sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), min_score=1.0, min_agreement=3.0, seed=0,
-                               batch_queries=4)
+    sampler = RejectionSampler(
+        store, generators, judge, judge_label(judge_config), min_score=1.0, min_agreement=3.0, seed=0, batch_queries=4
+    )
     sampler.run(QUERIES)
     return sampler, clients[0], judge_client
 

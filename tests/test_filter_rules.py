@@ -36,7 +36,9 @@ def turn(action: str = "ls", observation: str = "file.txt", **fields: Any) -> Tu
 
 
 def trajectory(*turns: Turn, domain: str = "terminal", tools: list | None = None) -> Trajectory:
-    return Trajectory(source="test", domain=domain, turns=list(turns), system=SystemPrompt("simulate", tools=tools or []))
+    return Trajectory(
+        source="test", domain=domain, turns=list(turns), system=SystemPrompt("simulate", tools=tools or [])
+    )
 
 
 OK = turn("cat a.txt", "hello")
@@ -235,29 +237,94 @@ CASES = [
     ),
     # harness timeouts: each harness's own message (pipeline/config/filter.py names the source),
     # found in an observation of any length
-    ("SWE-agent 0.x (public rock.traj)", {}, trajectory(OK, turn("./rock\n", "\nEXECUTION TIMED OUT")), False, [],
-     "turn 1: observation matches harness timeout pattern `(?m)^EXECUTION TIMED OUT\\b`"),
-    ("SWE-agent 0.x after 3,380 characters of output (public BabyTimeCapsule.traj)", {},
-     trajectory(OK, turn("RsaCtfTool --publickey pub1.pub --attack all", LONG_OUTPUT + SWE_AGENT_NO_OUTPUT_TIMEOUT)),
-     False, [], "harness timeout pattern `(?m)^EXECUTION TIMED OUT"),
-    ("SWE-agent 1.x", {}, trajectory(OK, turn("python -m http.server", SWE_AGENT_CANCELLED)), False, [],
-     "was cancelled because it took more than"),
-    ("mini-swe-agent 1.x", {}, trajectory(OK, turn("pip install -e .\npytest", MINI_SWE_AGENT_KILLED)), False, [],
-     "timed out and has been killed"),
-    ("mini-swe-agent 2.x", {}, trajectory(OK, turn("sleep 100\necho done", MINI_SWE_AGENT_EXCEPTION)), False, [],
-     "An error occurred while executing the command: Command"),
-    ("OpenHands hard timeout after long output", {}, trajectory(OK, turn("pytest", LONG_OUTPUT + OPENHANDS_HARD_TIMEOUT)),
-     False, [], "harness timeout pattern `\\[The command timed out after"),
-    ("OpenHands MCP tool timeout", {}, trajectory(OK, turn("fetch", OPENHANDS_MCP_TIMEOUT, tool_name="fetch")), False, [],
-     "harness timeout pattern `Tool"),
-    ("Terminus-2 with the terminal state", {}, trajectory(OK, turn("sleep 600", TERMINUS_TIMEOUT + LONG_OUTPUT)), False,
-     [], "harness timeout pattern `The previous command timed out"),
-    ("OpenHands' no-new-output notice: the command still runs, not a timeout", {},
-     trajectory(OK, turn("pip install torch", LONG_OUTPUT + OPENHANDS_NO_NEW_OUTPUT)), True, [], None),
-    ("a long page that talks about a timeout is content", {},
-     trajectory(OK, turn("cat CHANGELOG.md", LONG_OUTPUT + "\n- the command timed out after 30 seconds\n")), True, [], None),
-    ("harness_timeout_patterns None disables", {"harness_timeout_patterns": None},
-     trajectory(OK, turn("./rock\n", "\nEXECUTION TIMED OUT")), True, [], None),
+    (
+        "SWE-agent 0.x (public rock.traj)",
+        {},
+        trajectory(OK, turn("./rock\n", "\nEXECUTION TIMED OUT")),
+        False,
+        [],
+        "turn 1: observation matches harness timeout pattern `(?m)^EXECUTION TIMED OUT\\b`",
+    ),
+    (
+        "SWE-agent 0.x after 3,380 characters of output (public BabyTimeCapsule.traj)",
+        {},
+        trajectory(OK, turn("RsaCtfTool --publickey pub1.pub --attack all", LONG_OUTPUT + SWE_AGENT_NO_OUTPUT_TIMEOUT)),
+        False,
+        [],
+        "harness timeout pattern `(?m)^EXECUTION TIMED OUT",
+    ),
+    (
+        "SWE-agent 1.x",
+        {},
+        trajectory(OK, turn("python -m http.server", SWE_AGENT_CANCELLED)),
+        False,
+        [],
+        "was cancelled because it took more than",
+    ),
+    (
+        "mini-swe-agent 1.x",
+        {},
+        trajectory(OK, turn("pip install -e .\npytest", MINI_SWE_AGENT_KILLED)),
+        False,
+        [],
+        "timed out and has been killed",
+    ),
+    (
+        "mini-swe-agent 2.x",
+        {},
+        trajectory(OK, turn("sleep 100\necho done", MINI_SWE_AGENT_EXCEPTION)),
+        False,
+        [],
+        "An error occurred while executing the command: Command",
+    ),
+    (
+        "OpenHands hard timeout after long output",
+        {},
+        trajectory(OK, turn("pytest", LONG_OUTPUT + OPENHANDS_HARD_TIMEOUT)),
+        False,
+        [],
+        "harness timeout pattern `\\[The command timed out after",
+    ),
+    (
+        "OpenHands MCP tool timeout",
+        {},
+        trajectory(OK, turn("fetch", OPENHANDS_MCP_TIMEOUT, tool_name="fetch")),
+        False,
+        [],
+        "harness timeout pattern `Tool",
+    ),
+    (
+        "Terminus-2 with the terminal state",
+        {},
+        trajectory(OK, turn("sleep 600", TERMINUS_TIMEOUT + LONG_OUTPUT)),
+        False,
+        [],
+        "harness timeout pattern `The previous command timed out",
+    ),
+    (
+        "OpenHands' no-new-output notice: the command still runs, not a timeout",
+        {},
+        trajectory(OK, turn("pip install torch", LONG_OUTPUT + OPENHANDS_NO_NEW_OUTPUT)),
+        True,
+        [],
+        None,
+    ),
+    (
+        "a long page that talks about a timeout is content",
+        {},
+        trajectory(OK, turn("cat CHANGELOG.md", LONG_OUTPUT + "\n- the command timed out after 30 seconds\n")),
+        True,
+        [],
+        None,
+    ),
+    (
+        "harness_timeout_patterns None disables",
+        {"harness_timeout_patterns": None},
+        trajectory(OK, turn("./rock\n", "\nEXECUTION TIMED OUT")),
+        True,
+        [],
+        None,
+    ),
     (
         "environment_failure_patterns None disables",
         {"environment_failure_patterns": None},
@@ -270,7 +337,14 @@ CASES = [
     ("min_turns before environment failure", {}, trajectory(turn("open", "captcha")), False, [], "1 turn (< 2)"),
     # empty actions
     ("a whitespace action is removed", {}, trajectory(OK, turn(" \n\t", "$"), OK2), True, [1], "empty action"),
-    ("drop_empty_actions False disables", {"drop_empty_actions": False}, trajectory(OK, turn("", "$"), OK2), True, [], None),
+    (
+        "drop_empty_actions False disables",
+        {"drop_empty_actions": False},
+        trajectory(OK, turn("", "$"), OK2),
+        True,
+        [],
+        None,
+    ),
     # retry cycles: drop the failed pair, keep the retry and everything before it
     (
         "a malformed action and its error, then the retry",
@@ -281,7 +355,14 @@ CASES = [
         "retried at turn 2",
     ),
     ("the last turn is not a retry cycle", {}, trajectory(OK, OK2, MALFORMED), True, [], None),
-    ("an adapter-flagged format error", {}, trajectory(OK, FORMAT_ERROR, OK2), True, [1], "format error retried at turn 2"),
+    (
+        "an adapter-flagged format error",
+        {},
+        trajectory(OK, FORMAT_ERROR, OK2),
+        True,
+        [1],
+        "format error retried at turn 2",
+    ),
     (
         "a real error is not a format error",
         {},
@@ -290,7 +371,14 @@ CASES = [
         [],
         None,
     ),
-    ("two failed attempts in a row", {}, trajectory(OK, MALFORMED, FORMAT_ERROR, OK2), True, [1, 2], "retried at turn 3"),
+    (
+        "two failed attempts in a row",
+        {},
+        trajectory(OK, MALFORMED, FORMAT_ERROR, OK2),
+        True,
+        [1, 2],
+        "retried at turn 3",
+    ),
     (
         "a failed pair followed only by removed turns has no retry",
         {},
@@ -309,15 +397,28 @@ CASES = [
     ),
     # Harness rejections found in the public data or the harnesses' source (pipeline/config/filter.py)
     *[
-        (f"rejected by the harness: {message[:40]!r}", {}, trajectory(OK, turn("<reply>", message), OK2), True, [1],
-         "malformed action")
+        (
+            f"rejected by the harness: {message[:40]!r}",
+            {},
+            trajectory(OK, turn("<reply>", message), OK2),
+            True,
+            [1],
+            "malformed action",
+        )
         for message in HARNESS_REJECTIONS
     ],
     (
         "Terminus-2's warnings come with the terminal's answer: the command ran",
         {},
-        trajectory(OK, turn("ls", "Previous response had warnings:\nWARNINGS: - Extra text detected after JSON object\n\n"
-                                  "root@c0ffee:/app# ls\nhello.txt"), OK2),
+        trajectory(
+            OK,
+            turn(
+                "ls",
+                "Previous response had warnings:\nWARNINGS: - Extra text detected after JSON object\n\n"
+                "root@c0ffee:/app# ls\nhello.txt",
+            ),
+            OK2,
+        ),
         True,
         [],
         None,
@@ -412,7 +513,10 @@ def judge_in_sql(rules: FilterRules, trajectories: list[Trajectory], batch_traje
         drops: dict[str, list] = {}
         for trajectory_id, index, rule, reason in con.execute(f"SELECT * FROM {TURN_DROPS}").fetchall():
             drops.setdefault(trajectory_id, []).append((index, rule, reason))
-        outcomes = {row[0]: row[1:] for row in con.execute(f"SELECT trajectory_id, kept, rule, reason FROM {VERDICTS}").fetchall()}
+        outcomes = {
+            row[0]: row[1:]
+            for row in con.execute(f"SELECT trajectory_id, kept, rule, reason FROM {VERDICTS}").fetchall()
+        }
         drop_judging_tables(con)
     verdicts = []
     for trajectory_id, trajectory in zip(ids, trajectories):
@@ -499,7 +603,10 @@ def test_none_disables_by_not_building_the_rule():
     defaults = build_rules(FilterConfig())
     assert [r.name for r in defaults.turn_rules] == ["empty_action", "retry_cycle", "gui_no_change"]
     assert [r.name for r in defaults.trajectory_rules] == [
-        "min_turns", "action_space", "environment_failure", "harness_timeout"
+        "min_turns",
+        "action_space",
+        "environment_failure",
+        "harness_timeout",
     ]
 
 
@@ -553,9 +660,45 @@ def test_the_screen_rewrites_a_pattern_into_a_wider_re2_one(pattern, passes, fai
 
 def random_pattern(rng: random.Random, depth: int = 0) -> str:
     atoms = [
-        "a", "i", "I", "k", "s", "S", "K", "\u017f", "\u0130", "\u0131", "\u212a", "\u00e9", "\u03b9", "-", " ", ":",
-        r"\.", r"\n", ".", r"\s", r"\S", r"\d", r"\w", r"\W", r"\b", r"\B", "^", "$", r"\A", r"\Z",
-        "[a-f]", "[^ab]", r"[\s]", r"[^\s]", "[\u0131k]", "[A-Z]", r"[^\S]", "[^a-z]", "[\u00e0-\u00ff]",
+        "a",
+        "i",
+        "I",
+        "k",
+        "s",
+        "S",
+        "K",
+        "\u017f",
+        "\u0130",
+        "\u0131",
+        "\u212a",
+        "\u00e9",
+        "\u03b9",
+        "-",
+        " ",
+        ":",
+        r"\.",
+        r"\n",
+        ".",
+        r"\s",
+        r"\S",
+        r"\d",
+        r"\w",
+        r"\W",
+        r"\b",
+        r"\B",
+        "^",
+        "$",
+        r"\A",
+        r"\Z",
+        "[a-f]",
+        "[^ab]",
+        r"[\s]",
+        r"[^\s]",
+        "[\u0131k]",
+        "[A-Z]",
+        r"[^\S]",
+        "[^a-z]",
+        "[\u00e0-\u00ff]",
     ]
     parts = []
     for _ in range(rng.randint(1, 4)):
@@ -738,7 +881,9 @@ def random_trajectory(rng: random.Random) -> Trajectory:
         )
         for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4, 5, 6, 8]))
     ]
-    return Trajectory(source="random", domain=domain, turns=turns, system=SystemPrompt("simulate", tools=rng.choice(TOOL_LISTS)))
+    return Trajectory(
+        source="random", domain=domain, turns=turns, system=SystemPrompt("simulate", tools=rng.choice(TOOL_LISTS))
+    )
 
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda overrides: ",".join(overrides) or "defaults")
@@ -752,17 +897,25 @@ def test_the_sql_form_decides_random_trajectories_as_the_python_form(overrides):
     # Not vacuous: every rule built decides something (but a GUI rule without GUI domains).
     decided = Counter(rule for v in python for _, rule, _ in v.turn_drops)
     decided.update(v.trajectory_drop[0] for v in python if v.trajectory_drop)
-    assert set(decided) == {rule.name for rule in rules.all} - ({"gui_no_change"} if overrides.get("gui_domains") == [] else set())
+    assert set(decided) == {rule.name for rule in rules.all} - (
+        {"gui_no_change"} if overrides.get("gui_domains") == [] else set()
+    )
 
 
 def test_screens_too_large_to_run_as_one_are_run_one_by_one():
     """Each rule's screen fits RE2's program limit, their alternation does not."""
     large = r"(?i)(?:" + "abcdefghijklmnopqrstuvwxyz" * 16 + "){1000}"
     rules = build_rules(
-        FilterConfig(environment_failure_patterns=[large, r"(?i)\bcaptcha\b"], malformed_action_patterns=[large, r"^oops"])
+        FilterConfig(
+            environment_failure_patterns=[large, r"(?i)\bcaptcha\b"], malformed_action_patterns=[large, r"^oops"]
+        )
     )
     assert all(rule.searched.screen is not None for rule in rules.all if rule.searched is not None)
-    cases = [trajectory(OK, turn("open", "a CAPTCHA"), OK2), trajectory(OK, turn("x", "oops"), OK2), trajectory(OK, OK2)]
+    cases = [
+        trajectory(OK, turn("open", "a CAPTCHA"), OK2),
+        trajectory(OK, turn("x", "oops"), OK2),
+        trajectory(OK, OK2),
+    ]
     verdicts = judge_in_sql(rules, cases)
     assert verdicts == [rules.judge(case) for case in cases]
     assert [v.kept for v in verdicts] == [False, True, True] and verdicts[1].turn_drops[0][1] == "retry_cycle"

@@ -12,7 +12,9 @@ from stages import filter as filter_stage
 TOOLS = [{"type": "function", "function": {"name": "search"}}]
 
 
-def make(name: str, *turns: tuple, domain: str = "terminal", source: str = "bench", tools: list | None = None) -> Trajectory:
+def make(
+    name: str, *turns: tuple, domain: str = "terminal", source: str = "bench", tools: list | None = None
+) -> Trajectory:
     """A trajectory whose content (and so its id) is unique to `name`."""
     return Trajectory(
         source=source,
@@ -37,8 +39,15 @@ def insert(store: Store, *trajectories: Trajectory) -> list[str]:
             con.execute(
                 "INSERT INTO trajectories (trajectory_id, source, format, domain, task_description, tools, num_turns, "
                 "location, ingested_at) VALUES (?, ?, 'simulacra-jsonl', ?, ?, ?, ?, ?, now())",
-                [trajectory_id, t.source, t.domain, t.system.task_description,
-                 orjson.dumps(t.system.tools).decode() if t.system.tools else None, len(t.turns), t.location],
+                [
+                    trajectory_id,
+                    t.source,
+                    t.domain,
+                    t.system.task_description,
+                    orjson.dumps(t.system.tools).decode() if t.system.tools else None,
+                    len(t.turns),
+                    t.location,
+                ],
             )
             con.executemany(
                 "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, NULL)",
@@ -53,20 +62,35 @@ CORPUS = {
     "single": (make("single", ok(1)), False, {}, "min_turns"),
     "captcha": (
         make("captcha", ok(1), ("open", "Please verify you are a human", None), domain="web"),
-        False, {}, "environment_failure",
+        False,
+        {},
+        "environment_failure",
     ),
-    "retry": (make("retry", ok(1), ("lss", "Error: invalid action", None), ok(2), ok(3)), True, {1: "retry_cycle"}, None),
+    "retry": (
+        make("retry", ok(1), ("lss", "Error: invalid action", None), ok(2), ok(3)),
+        True,
+        {1: "retry_cycle"},
+        None,
+    ),
     "empty then short": (make("empty then short", ok(1), ("  ", "$", None)), False, {1: "empty_action"}, "min_turns"),
     "undeclared tool": (
         make("undeclared tool", ("q", "r", "search"), ("x", "y", "drop_db"), domain="mcp", source="api", tools=TOOLS),
-        False, {}, "action_space",
+        False,
+        {},
+        "action_space",
     ),
     "static screen": (
         make(
-            "static screen", ("click", "[1] page", None), ("hover", "[1]  page", None), ("type", "[1] form", None),
-            domain="web", source="api",
+            "static screen",
+            ("click", "[1] page", None),
+            ("hover", "[1]  page", None),
+            ("type", "[1] form", None),
+            domain="web",
+            source="api",
         ),
-        True, {1: "gui_no_change"}, None,
+        True,
+        {1: "gui_no_change"},
+        None,
     ),
 }
 
@@ -94,7 +118,9 @@ def test_every_drop_is_recorded_with_its_reason_and_nothing_is_deleted(config, s
 
     by_id = {trajectory_id: name for name, trajectory_id in corpus.items()}
     recorded = store.rows("SELECT trajectory_id, turn_index, rule, reason, config_hash FROM filter_decisions")
-    turn_level = {(by_id[r["trajectory_id"]], r["turn_index"]): r["rule"] for r in recorded if r["turn_index"] is not None}
+    turn_level = {
+        (by_id[r["trajectory_id"]], r["turn_index"]): r["rule"] for r in recorded if r["turn_index"] is not None
+    }
     trajectory_level = {by_id[r["trajectory_id"]]: r["rule"] for r in recorded if r["turn_index"] is None}
     assert turn_level == {(name, i): rule for name, (_, _, drops, _) in CORPUS.items() for i, rule in drops.items()}
     assert trajectory_level == {name: rule for name, (_, _, _, rule) in CORPUS.items() if rule}
@@ -107,7 +133,9 @@ def test_every_drop_is_recorded_with_its_reason_and_nothing_is_deleted(config, s
     assert counts(store)["turns"] == sum(len(t.turns) for t, *_ in CORPUS.values())
     kept = {by_id[row[0]] for row in store.execute("SELECT trajectory_id FROM kept_trajectories").fetchall()}
     assert kept == {name for name, (_, keep, _, _) in CORPUS.items() if keep}
-    kept_turns = {(by_id[a], b) for a, b in store.execute("SELECT trajectory_id, turn_index FROM kept_turns").fetchall()}
+    kept_turns = {
+        (by_id[a], b) for a, b in store.execute("SELECT trajectory_id, turn_index FROM kept_turns").fetchall()
+    }
     assert kept_turns == {
         (name, i) for name, (t, keep, drops, _) in CORPUS.items() if keep for i in range(len(t.turns)) if i not in drops
     }
@@ -120,7 +148,12 @@ def test_every_drop_is_recorded_with_its_reason_and_nothing_is_deleted(config, s
     assert (metrics["judged"], metrics["kept"], metrics["dropped"]) == (7, 3, 4)
     assert metrics["dropped_turns"] == 3
     assert metrics["by_rule"] == {
-        "action_space": 1, "empty_action": 1, "environment_failure": 1, "gui_no_change": 1, "min_turns": 2, "retry_cycle": 1,
+        "action_space": 1,
+        "empty_action": 1,
+        "environment_failure": 1,
+        "gui_no_change": 1,
+        "min_turns": 2,
+        "retry_cycle": 1,
     }
 
 
@@ -227,7 +260,9 @@ def test_a_config_change_killed_after_the_reset_leaves_no_stale_judgement(config
     assert counts(store)["filter_state"] == counts(store)["filter_decisions"] == 0
     monkeypatch.undo()
     filter_stage.run(stricter, store)
-    assert store.execute("SELECT DISTINCT config_hash FROM filter_state").fetchall() == [(stricter.section_hash("filter"),)]
+    assert store.execute("SELECT DISTINCT config_hash FROM filter_state").fetchall() == [
+        (stricter.section_hash("filter"),)
+    ]
 
 
 def test_the_public_trajectories_filter(public_data, config: SimulacraConfig, store):
@@ -240,9 +275,7 @@ def test_the_public_trajectories_filter(public_data, config: SimulacraConfig, st
     assert "action_space" not in result.metrics["by_rule"]
     assert result.metrics["kept"] > 0.9 * result.metrics["judged"]
     # ReAct ALFWorld answers an invalid action with "Nothing happens.": the game's real answer, kept.
-    nothing_happens = store.scalar(
-        "SELECT count(*) FROM kept_turns WHERE observation = 'Nothing happens.'"
-    )
+    nothing_happens = store.scalar("SELECT count(*) FROM kept_turns WHERE observation = 'Nothing happens.'")
     assert nothing_happens > 0
     assert store.scalar("SELECT count(*) FROM filter_decisions WHERE rule = 'retry_cycle'") == 0
 

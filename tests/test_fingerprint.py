@@ -79,7 +79,12 @@ CHANGES = [
     ("a keep ratio changes", no_change, {"score": {"keep_ratios": {"echo": 0.2}}}, {"score", "cpt", "export"}),
     ("the pool salt changes", no_change, {"split": {"salt": "other"}}, {"split", "export"}),
     ("the step count changes", no_change, {"cpt": {"max_steps": 7}}, {"cpt", "export"}),
-    ("the base model changes", no_change, {"model": {"base": "Qwen/Qwen3-0.6B"}}, {"cpt", "sft", "rl", "evaluate", "export"}),
+    (
+        "the base model changes",
+        no_change,
+        {"model": {"base": "Qwen/Qwen3-0.6B"}},
+        {"cpt", "sft", "rl", "evaluate", "export"},
+    ),
     ("the sft threshold changes", no_change, {"sft": {"min_score": 4.0}}, {"sft", "export"}),
     ("cpt's eval windows change", no_change, {"cpt": {"eval_max_sequences": 8}}, {"cpt", "sft", "export"}),
     ("an rl setting changes", no_change, {"rl": {"control_fraction": 0.5}}, {"rl", "export"}),
@@ -100,7 +105,12 @@ def test_a_fingerprint_changes_when_what_its_stage_reads_changes(tmp_path, sourc
 
 def test_code_version_covers_the_modules_a_stage_imports_indirectly():
     closure = import_closure("filter")
-    assert {"stages.filter", "pipeline.filters.turn_rules", "pipeline.filters.loading", "pipeline.store.database"} <= closure.keys()
+    assert {
+        "stages.filter",
+        "pipeline.filters.turn_rules",
+        "pipeline.filters.loading",
+        "pipeline.store.database",
+    } <= closure.keys()
     assert "stages.ingest" not in closure
 
 
@@ -115,7 +125,12 @@ def test_a_run_is_recorded_started_then_completed_with_metrics_summary_and_outpu
     result = StageResult("score", metrics={"turns": 3}, output_path=output, summary="scored 3 turns")
     stage_runs.execute(store, "score", "fp1", lambda: result)
     [run] = stage_runs.history(store)
-    assert (run.status, run.metrics, run.output_path, run.summary) == ("completed", {"turns": 3}, str(output), "scored 3 turns")
+    assert (run.status, run.metrics, run.output_path, run.summary) == (
+        "completed",
+        {"turns": 3},
+        str(output),
+        "scored 3 turns",
+    )
     assert stage_runs.completed_run(store, "score", "fp1").run_id == run.run_id
     assert stage_runs.completed_run(store, "score", "fp2") is None
 

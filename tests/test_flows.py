@@ -131,7 +131,9 @@ def test_ingest_resumes_after_its_last_committed_batch(tmp_path):
         assert store.scalar("SELECT sum(records_read) FROM ingested_files") == 40
     [outcome] = world_model_pipeline(config_path=str(config))
     with Store(database, read_only=True) as store:
-        per_file = store.rows("SELECT source, records_read, added, duplicates, quarantined FROM ingested_files ORDER BY 1")
+        per_file = store.rows(
+            "SELECT source, records_read, added, duplicates, quarantined FROM ingested_files ORDER BY 1"
+        )
         stored = store.scalar("SELECT count(*) FROM trajectories")
     # Each record counted once over both runs; nothing inserted twice.
     assert [(r["source"], r["records_read"]) for r in per_file] == [("flawed", 11), ("terminal", 120)]
@@ -193,8 +195,12 @@ def test_artifact_keys_are_prefixed_with_their_stage_in_prefects_alphabet(stage,
 # (tables and plots a stage gives, the artifacts the UI then holds: key -> type). Issue 29.8: score's table and
 # plot were both `score-categories`, and the UI kept the plot alone.
 PUBLISHED = [
-    ("a table and its plot under one name", ["categories"], ["categories"],
-     {"score-categories": "table", "score-categories-plot": "image"}),
+    (
+        "a table and its plot under one name",
+        ["categories"],
+        ["categories"],
+        {"score-categories": "table", "score-categories-plot": "image"},
+    ),
     ("a plot of its own", ["counts"], ["score-share-bars"], {"score-counts": "table", "score-share-bars": "image"}),
 ]
 
@@ -208,8 +214,11 @@ def test_each_artifact_has_its_own_key_and_a_plot_is_described_in_words(tmp_path
 
     png = tmp_path / "plot.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n")
-    result = StageResult("score", tables={key: [{"domain": "terminal", "turns": 3}] for key in tables},
-                         images={key: png for key in images})
+    result = StageResult(
+        "score",
+        tables={key: [{"domain": "terminal", "turns": 3}] for key in tables},
+        images={key: png for key in images},
+    )
 
     @flow(name="publish")
     def publish():
@@ -228,15 +237,25 @@ KEY_IN_OVERRIDES = [
     ("in a URL's path", ["sft.judge.endpoint.base_url=http://127.0.0.1:9/v1/{key}"], "OPENAI_API_KEY"),
     ("in a URL's fragment", ["sft.judge.endpoint.base_url=http://127.0.0.1:9/v1#{key}"], "OPENAI_API_KEY"),
     ("as another field's value", ["sft.judge.endpoint.model=m-{key}"], "OPENAI_API_KEY"),
-    ("of a variable another override names", ["sft.judge.endpoint.api_key_env=SIMULACRA_JUDGE_KEY",
-                                              "sft.judge.endpoint.base_url=http://127.0.0.1:9/{key}/v1"], "SIMULACRA_JUDGE_KEY"),
+    (
+        "of a variable another override names",
+        [
+            "sft.judge.endpoint.api_key_env=SIMULACRA_JUDGE_KEY",
+            "sft.judge.endpoint.base_url=http://127.0.0.1:9/{key}/v1",
+        ],
+        "SIMULACRA_JUDGE_KEY",
+    ),
 ]
 OVERRIDDEN_FLOWS = [world_model_pipeline, *(getattr(stage_flows, f"{stage}_flow") for stage in STAGE_ORDER)]
 
 
-@pytest.mark.parametrize("overrides,variable", [case[1:] for case in KEY_IN_OVERRIDES], ids=[case[0] for case in KEY_IN_OVERRIDES])
+@pytest.mark.parametrize(
+    "overrides,variable", [case[1:] for case in KEY_IN_OVERRIDES], ids=[case[0] for case in KEY_IN_OVERRIDES]
+)
 @pytest.mark.parametrize("overridden", OVERRIDDEN_FLOWS, ids=[f.name for f in OVERRIDDEN_FLOWS])
-def test_a_configured_key_is_redacted_from_the_stored_overrides_wherever_it_is(monkeypatch, overridden, overrides, variable):
+def test_a_configured_key_is_redacted_from_the_stored_overrides_wherever_it_is(
+    monkeypatch, overridden, overrides, variable
+):
     from pipeline.llm.credentials import REDACTED
 
     key = f"sk-simulacra-{uuid.uuid4().hex}"
@@ -258,8 +277,9 @@ def test_the_run_uses_the_overrides_as_given_and_prefect_stores_them_redacted(tm
     used = []
     monkeypatch.setattr(world_model, "run_stages", lambda config, stages: used.append(config) or [])
     url = f"http://127.0.0.1:9/v1/{key}"
-    state = world_model_pipeline(config_path=str(write_config(tmp_path)), overrides=[f"sft.judge.endpoint.base_url={url}"],
-                                 return_state=True)
+    state = world_model_pipeline(
+        config_path=str(write_config(tmp_path)), overrides=[f"sft.judge.endpoint.base_url={url}"], return_state=True
+    )
     with get_client(sync_client=True) as client:
         stored = client.read_flow_run(state.state_details.flow_run_id).parameters
     assert stored["overrides"] == [f"sft.judge.endpoint.base_url=http://127.0.0.1:9/v1/{REDACTED}"]
@@ -295,8 +315,15 @@ def test_every_parameter_renders_as_one_plain_field_with_its_type_and_default(de
 # workspace of None: the config file's.
 PARAMETERS = [
     ({}, (5e-4, None, 60, None)),
-    ({"overrides": ["cpt.learning_rate=0.001"], "base_model": "Qwen/Qwen3-0.6B", "max_steps": 3, "workspace": "/srv/ws"},
-     (0.001, "Qwen/Qwen3-0.6B", 3, "/srv/ws")),
+    (
+        {
+            "overrides": ["cpt.learning_rate=0.001"],
+            "base_model": "Qwen/Qwen3-0.6B",
+            "max_steps": 3,
+            "workspace": "/srv/ws",
+        },
+        (0.001, "Qwen/Qwen3-0.6B", 3, "/srv/ws"),
+    ),
 ]
 
 

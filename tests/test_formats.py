@@ -70,65 +70,161 @@ class Case:
 
 CASES = [
     Case(
-        "tau_bench/gpt-4o-airline-tasks-00-24.json", "openai-chat", 85, 15, 8, 0,
+        "tau_bench/gpt-4o-airline-tasks-00-24.json",
+        "openai-chat",
+        85,
+        15,
+        8,
+        0,
         '{"name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}',
-        '{"name": {"first_name": "Mia", "last_name": "Li"}', "get_user_details", "mcp",
+        '{"name": {"first_name": "Mia", "last_name": "Li"}',
+        "get_user_details",
+        "mcp",
     ),
     Case(
-        "agentbench_alfworld/alfworld_multiturn_pure.json", "openai-chat", 6, 0, 6, 0,
+        "agentbench_alfworld/alfworld_multiturn_pure.json",
+        "openai-chat",
+        6,
+        0,
+        6,
+        0,
         '{"name": "take_action", "arguments": {"action": "go to cabinet 1"}}',
-        "On the cabinet 1, you see a cloth 1, a soapbar 1, a soapbottle 1.", "take_action", "text-game",
+        "On the cabinet 1, you see a cloth 1, a soapbar 1, a soapbottle 1.",
+        "take_action",
+        "text-game",
     ),
     Case(
-        "agentbench_alfworld/alfworld_multiturn_react.json", "openai-chat", 6, 0, 6, 2,
+        "agentbench_alfworld/alfworld_multiturn_react.json",
+        "openai-chat",
+        6,
+        0,
+        6,
+        2,
         '{"name": "take_action", "arguments": {"action": "open cabinet 2"}}',
         "You open the cabinet 2. The cabinet 2 is open. In it, you see a candle 1, and a spraybottle 2.",
-        "take_action", "text-game",
+        "take_action",
+        "text-game",
     ),
     Case(
-        "mini_swe_agent/github_issue.traj.json", "mini-swe-agent", 1, 0, 10, 1,
-        "ls -la", "<returncode>0</returncode>\n<output>\ntotal 44\n", "bash", "swe",
+        "mini_swe_agent/github_issue.traj.json",
+        "mini-swe-agent",
+        1,
+        0,
+        10,
+        1,
+        "ls -la",
+        "<returncode>0</returncode>\n<output>\ntotal 44\n",
+        "bash",
+        "swe",
     ),
     Case(
-        "openhands/basic.json", "openhands", 1, 0, 1, 0,
+        "openhands/basic.json",
+        "openhands",
+        1,
+        0,
+        1,
+        0,
         '{"name": "str_replace_editor", "arguments": {"command": "create", "file_text": "import random\\nimport keyboard…',
-        "--- /workspace/game_2048.py\n+++ /workspace/game_2048.py\n", "str_replace_editor", "swe",
+        "--- /workspace/game_2048.py\n+++ /workspace/game_2048.py\n",
+        "str_replace_editor",
+        "swe",
     ),
     Case(
-        "react_alfworld/alfworld_3prompts.json", "text-game", 36, 0, 10, 2,
-        "go to cabinet 1", "On the cabinet 1, you see a cloth 1, a soapbar 1, a soapbottle 1.", None, "text-game",
+        "react_alfworld/alfworld_3prompts.json",
+        "text-game",
+        36,
+        0,
+        10,
+        2,
+        "go to cabinet 1",
+        "On the cabinet 1, you see a cloth 1, a soapbar 1, a soapbottle 1.",
+        None,
+        "text-game",
     ),
     Case(
-        "swe_agent/demonstrations/function_calling_simple.traj", "swe-agent", 1, 0, 5, 0,
-        "find_file missing_colon.py", 'Found 1 matches for "missing_colon.py" in /SWE-agent__test-repo:',
-        "find_file", "swe",
+        "swe_agent/demonstrations/function_calling_simple.traj",
+        "swe-agent",
+        1,
+        0,
+        5,
+        0,
+        "find_file missing_colon.py",
+        'Found 1 matches for "missing_colon.py" in /SWE-agent__test-repo:',
+        "find_file",
+        "swe",
     ),
     Case(
-        "swe_agent/demonstrations/ctf/rev/rock.traj", "swe-agent", 1, 0, 12, 0,
-        "./rock\n", "\nEXECUTION TIMED OUT", "bash", "swe",
+        "swe_agent/demonstrations/ctf/rev/rock.traj",
+        "swe-agent",
+        1,
+        0,
+        12,
+        0,
+        "./rock\n",
+        "\nEXECUTION TIMED OUT",
+        "bash",
+        "swe",
     ),
     Case(
         "swe_agent/demonstrations/replay__marshmallow-code__marshmallow-1867__function_calling__install-1/"
-        "marshmallow-code__marshmallow-1867.traj", "swe-agent", 1, 0, 11, 2,
-        "python reproduce.py", "344", "bash", "swe",
+        "marshmallow-code__marshmallow-1867.traj",
+        "swe-agent",
+        1,
+        0,
+        11,
+        2,
+        "python reproduce.py",
+        "344",
+        "bash",
+        "swe",
     ),
     Case(
-        "fixtures/atif_terminal.json", "atif", 1, 0, 4, 0,
+        "fixtures/atif_terminal.json",
+        "atif",
+        1,
+        0,
+        4,
+        0,
         '{"name": "bash_command", "arguments": {"duration": 0.1, "keystrokes": "pwd\\n"}}',
-        "/app\nroot@4e1f0c2b9a7d:/app# ", "bash_command", "terminal",
+        "/app\nroot@4e1f0c2b9a7d:/app# ",
+        "bash_command",
+        "terminal",
     ),
     Case(
-        "fixtures/sharegpt_agent.jsonl", "sharegpt", 3, 0, 1, 0,
-        "bash\n\n```bash\nls -1 /etc/*.conf | wc -l\n```", "The output of the OS:\n\n27", None, "terminal",
+        "fixtures/sharegpt_agent.jsonl",
+        "sharegpt",
+        3,
+        0,
+        1,
+        0,
+        "bash\n\n```bash\nls -1 /etc/*.conf | wc -l\n```",
+        "The output of the OS:\n\n27",
+        None,
+        "terminal",
     ),
     Case(
-        "fixtures/textworld_log.txt", "text-game", 1, 0, 4, 2,
-        "go east", "-= Pantry =-\nYou are in a pantry.", None, "text-game",
+        "fixtures/textworld_log.txt",
+        "text-game",
+        1,
+        0,
+        4,
+        2,
+        "go east",
+        "-= Pantry =-\nYou are in a pantry.",
+        None,
+        "text-game",
     ),
     Case(
-        "fixtures/openai_chat_mixed.jsonl", "openai-chat", 1, 6, 2, 1,
+        "fixtures/openai_chat_mixed.jsonl",
+        "openai-chat",
+        1,
+        6,
+        2,
+        1,
         '{"name": "read_file", "arguments": {"path": "/project/README.md"}}',
-        "# demo\n\nInstall with `pip install -e .`", "read_file", "mcp",
+        "# demo\n\nInstall with `pip install -e .`",
+        "read_file",
+        "mcp",
     ),
 ]
 
@@ -209,9 +305,7 @@ def test_conversation_without_environment_actions_is_quarantined():
     path = PUBLIC / "openhands" / "basic_interactions.json"
     result = read(path)
     assert result.trajectories == []
-    assert result.quarantined == {
-        str(path): "no environment actions: 6 events, skipped actions: 1 finish, 4 message"
-    }
+    assert result.quarantined == {str(path): "no environment actions: 6 events, skipped actions: 1 finish, 4 message"}
 
 
 @needs_public
@@ -295,28 +389,41 @@ def test_sharegpt_reply_with_an_action_is_not_an_acknowledgement():
     """Issue 13: a short first reply starting "Sure" that acts is the first turn, not an
     acknowledgement: before, that turn vanished and the task became the next observation."""
     trajectory = adapter("sharegpt").parse(
-        {"id": "os_7", "conversations": [
-            {"from": "human", "value": "How many .conf files are directly inside /etc?"},
-            {"from": "gpt", "value": "Sure, I will count them. Act: bash ls /etc/*.conf | wc -l"},
-            {"from": "human", "value": "The output of the OS:\n27"},
-            {"from": "gpt", "value": "Act: answer(27)"},
-        ]},
+        {
+            "id": "os_7",
+            "conversations": [
+                {"from": "human", "value": "How many .conf files are directly inside /etc?"},
+                {"from": "gpt", "value": "Sure, I will count them. Act: bash ls /etc/*.conf | wc -l"},
+                {"from": "human", "value": "The output of the OS:\n27"},
+                {"from": "gpt", "value": "Act: answer(27)"},
+            ],
+        },
         None,
     )
     assert trajectory.task == "How many .conf files are directly inside /etc?"
-    assert [(t.action, t.observation) for t in trajectory.turns] == [("bash ls /etc/*.conf | wc -l", "The output of the OS:\n27")]
+    assert [(t.action, t.observation) for t in trajectory.turns] == [
+        ("bash ls /etc/*.conf | wc -l", "The output of the OS:\n27")
+    ]
     assert trajectory.turns[0].metadata["thought"] == "Sure, I will count them."
     assert (trajectory.metadata["assistant_messages_skipped"], trajectory.metadata["unanswered_actions"]) == (0, 1)
     assert "agent_system_prompt" not in trajectory.metadata
 
 
 def _atif(*steps):
-    return {"schema_version": "ATIF-v1.5", "session_id": "s", "agent": {"name": "terminus-2"},
-            "steps": [{"source": "user", "message": "Create /app/hello.txt."}, *steps]}
+    return {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "s",
+        "agent": {"name": "terminus-2"},
+        "steps": [{"source": "user", "message": "Create /app/hello.txt."}, *steps],
+    }
 
 
 def _keys(call_id, keystrokes):
-    return {"tool_call_id": call_id, "function_name": "bash_command", "arguments": {"keystrokes": keystrokes, "duration": 0.1}}
+    return {
+        "tool_call_id": call_id,
+        "function_name": "bash_command",
+        "arguments": {"keystrokes": keystrokes, "duration": 0.1},
+    }
 
 
 REJECTED = (
@@ -332,16 +439,36 @@ def test_atif_reply_the_harness_could_not_parse_is_a_format_error_turn():
     reached the terminal: a format-error turn, which the filter drops as a retry cycle."""
     trajectory = adapter("atif").parse(
         _atif(
-            {"source": "agent", "message": "I will write the file.\n{\n", "observation": {"results": [{"content": REJECTED}]}},
-            {"source": "agent", "message": "Analysis: retry.", "tool_calls": [_keys("call_1_1", "echo hi > hello.txt\n")],
-             "observation": {"results": [{"content": "New Terminal Output:\n\nroot@c0ffee:/app# echo hi > hello.txt\n"}]}},
-            {"source": "agent", "message": "Verify.", "tool_calls": [_keys("call_2_1", "cat hello.txt\n")],
-             "observation": {"results": [{"content": "New Terminal Output:\n\nroot@c0ffee:/app# cat hello.txt\nhi\n"}]}},
+            {
+                "source": "agent",
+                "message": "I will write the file.\n{\n",
+                "observation": {"results": [{"content": REJECTED}]},
+            },
+            {
+                "source": "agent",
+                "message": "Analysis: retry.",
+                "tool_calls": [_keys("call_1_1", "echo hi > hello.txt\n")],
+                "observation": {
+                    "results": [{"content": "New Terminal Output:\n\nroot@c0ffee:/app# echo hi > hello.txt\n"}]
+                },
+            },
+            {
+                "source": "agent",
+                "message": "Verify.",
+                "tool_calls": [_keys("call_2_1", "cat hello.txt\n")],
+                "observation": {
+                    "results": [{"content": "New Terminal Output:\n\nroot@c0ffee:/app# cat hello.txt\nhi\n"}]
+                },
+            },
         ),
         None,
     )
     rejected, retry, check = trajectory.turns
-    assert (rejected.action, rejected.is_error, rejected.metadata["kind"]) == ("I will write the file.\n{\n", True, "format_error")
+    assert (rejected.action, rejected.is_error, rejected.metadata["kind"]) == (
+        "I will write the file.\n{\n",
+        True,
+        "format_error",
+    )
     assert (retry.is_error, retry.tool_name, retry.metadata.get("kind")) == (False, "bash_command", None)
     verdict = build_rules(FilterConfig()).judge(trajectory)
     assert (verdict.kept, verdict.kept_turns) == (True, [1, 2])
@@ -353,10 +480,22 @@ def test_atif_reply_warnings_are_not_the_terminal_answer():
     """Terminus-2 runs a reply that parsed with warnings and writes them before the terminal's
     answer; the world model would learn to print a parser's complaint that no terminal prints."""
     trajectory = adapter("atif").parse(
-        _atif({"source": "agent", "message": "List it.", "tool_calls": [_keys("call_0_1", "ls\n")],
-               "observation": {"results": [{"content": "Previous response had warnings:\nWARNINGS: - Extra text detected "
-                                                       "before JSON object\n- Extra text detected after JSON object\n\n"
-                                                       "New Terminal Output:\n\nroot@c0ffee:/app# ls\nhello.txt\n"}]}}),
+        _atif(
+            {
+                "source": "agent",
+                "message": "List it.",
+                "tool_calls": [_keys("call_0_1", "ls\n")],
+                "observation": {
+                    "results": [
+                        {
+                            "content": "Previous response had warnings:\nWARNINGS: - Extra text detected "
+                            "before JSON object\n- Extra text detected after JSON object\n\n"
+                            "New Terminal Output:\n\nroot@c0ffee:/app# ls\nhello.txt\n"
+                        }
+                    ]
+                },
+            }
+        ),
         None,
     )
     (turn,) = trajectory.turns
@@ -384,13 +523,28 @@ def test_atif_keystrokes_sharing_one_answer_are_one_turn():
     result and the run was quarantined as a hole before the next step."""
     trajectory = adapter("atif").parse(
         _atif(
-            {"source": "agent", "message": "Write and show it.",
-             "tool_calls": [_keys("call_0_1", "echo hi > hello.txt\n"), _keys("call_0_2", "cat hello.txt\n"),
-                            {"tool_call_id": "call_0_task_complete", "function_name": "mark_task_complete", "arguments": {}}],
-             "observation": {"results": [{"content": "root@c0ffee:/app# echo hi > hello.txt\nroot@c0ffee:/app# cat hello.txt\nhi\n"}]}},
-            {"source": "agent", "message": "Done.", "tool_calls": [
-                {"tool_call_id": "call_1_task_complete", "function_name": "mark_task_complete", "arguments": {}}],
-             "observation": {"results": [{"content": "New Terminal Output:\n\n"}]}},
+            {
+                "source": "agent",
+                "message": "Write and show it.",
+                "tool_calls": [
+                    _keys("call_0_1", "echo hi > hello.txt\n"),
+                    _keys("call_0_2", "cat hello.txt\n"),
+                    {"tool_call_id": "call_0_task_complete", "function_name": "mark_task_complete", "arguments": {}},
+                ],
+                "observation": {
+                    "results": [
+                        {"content": "root@c0ffee:/app# echo hi > hello.txt\nroot@c0ffee:/app# cat hello.txt\nhi\n"}
+                    ]
+                },
+            },
+            {
+                "source": "agent",
+                "message": "Done.",
+                "tool_calls": [
+                    {"tool_call_id": "call_1_task_complete", "function_name": "mark_task_complete", "arguments": {}}
+                ],
+                "observation": {"results": [{"content": "New Terminal Output:\n\n"}]},
+            },
         ),
         None,
     )
@@ -412,11 +566,16 @@ def test_sharegpt_acknowledgement_moves_instructions_out_of_the_task():
     assert os_run.metadata["unanswered_actions"] == 1  # the final answer(27)
     assert webshop.domain == "web" and webshop.task.startswith("WebShop [SEP] Instruction:")
     assert [t.action for t in webshop.turns] == [
-        "search[long sleeve men's shirt navy]", "click[B09QQP3356]", "click[Buy Now]"
+        "search[long sleeve men's shirt navy]",
+        "click[B09QQP3356]",
+        "click[Buy Now]",
     ]
     assert webshop.turns[0].observation.startswith("Instruction: [SEP] i need")  # "Observation:" stripped
     assert weather.domain == "other" and weather.task == "What is the weather in Paris right now?"
-    assert weather.turns[0].action == '{"name": "get_current_weather", "arguments": {"location": "Paris, FR", "unit": "celsius"}}'
+    assert (
+        weather.turns[0].action
+        == '{"name": "get_current_weather", "arguments": {"location": "Paris, FR", "unit": "celsius"}}'
+    )
     assert weather.turns[0].tool_name == "get_current_weather"
 
 
@@ -436,7 +595,12 @@ def test_text_game_log_initial_state_and_turns():
     assert trajectory.system.initial_state.startswith("-= Welcome to TextWorld =-")
     assert trajectory.system.initial_state.endswith("There is an exit to the east.")
     assert trajectory.task is None  # TextWorld states its goal in prose, without a task line
-    assert [t.action for t in trajectory.turns] == ["inventory", "take red key from shelf", "go east", "unlock chest with red key"]
+    assert [t.action for t in trajectory.turns] == [
+        "inventory",
+        "take red key from shelf",
+        "go east",
+        "unlock chest with red key",
+    ]
     assert trajectory.turns[3].observation == "You unlock the chest.\n\nYour score has just gone up by one point."
 
 
@@ -471,57 +635,158 @@ def _call(call_id, name, arguments):
 
 MALFORMED = [
     ("openai-chat", "not a chat", "expected a message list or an object with `messages` or `traj`, got str"),
-    ("openai-chat", _chat({"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": {"id": "x"}}),
-     "messages[1].tool_calls: expected a list, got dict"),
-    ("openai-chat", _chat({"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [_call("a", 7, "{}")]}),
-     "messages[1].tool_calls[0].function.name: expected a string, got int"),
-    ("openai-chat", _chat({"role": "user", "content": "hi"}, {"role": "narrator", "content": "..."}),
-     "messages[1].role: unknown role 'narrator'"),
-    ("openai-chat", _chat({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}),
-     "no environment actions: 2 messages"),
+    (
+        "openai-chat",
+        _chat({"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": {"id": "x"}}),
+        "messages[1].tool_calls: expected a list, got dict",
+    ),
+    (
+        "openai-chat",
+        _chat({"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [_call("a", 7, "{}")]}),
+        "messages[1].tool_calls[0].function.name: expected a string, got int",
+    ),
+    (
+        "openai-chat",
+        _chat({"role": "user", "content": "hi"}, {"role": "narrator", "content": "..."}),
+        "messages[1].role: unknown role 'narrator'",
+    ),
+    (
+        "openai-chat",
+        _chat({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}),
+        "no environment actions: 2 messages",
+    ),
     ("openai-chat", {"traj": [], "reward": "1"}, "reward: expected a number, got str"),
     ("openai-chat", {"messages": [], "tools": ["read_file"]}, "tools: expected a list of tool schemas"),
     ("openai-chat", {"messages": [], "tools": "[{'name': 'f'}]"}, "tools: a string that is not JSON"),
-    ("sharegpt", {"conversations": [{"from": "human", "value": "go"}, {"from": "gpt", "value": 3}]},
-     "conversations[1].value: expected a string, got int"),
-    ("sharegpt", {"conversations": [{"from": "human", "value": "go"}, {"from": "gpt", "value": "a"},
-                                    {"from": "gpt", "value": "b"}]},
-     "conversations[2]: two agent messages in a row"),
-    ("sharegpt", {"conversations": [{"from": "human", "value": "go"},
-                                    {"from": "function_call", "value": "{\"name\": \"f\", \"arguments\": \"{oops\"}"}]},
-     "conversations[1].value.arguments: not valid JSON"),
-    ("swe-agent", {"trajectory": [{"action": "ls", "observation": None}], "history": []},
-     "trajectory[0].observation: expected a string, got NoneType"),
-    ("swe-agent", {"trajectory": [], "history": [{"role": "system", "content": "x"}]},
-     "no environment actions: neither `trajectory` steps nor actions in `history`"),
+    (
+        "sharegpt",
+        {"conversations": [{"from": "human", "value": "go"}, {"from": "gpt", "value": 3}]},
+        "conversations[1].value: expected a string, got int",
+    ),
+    (
+        "sharegpt",
+        {
+            "conversations": [
+                {"from": "human", "value": "go"},
+                {"from": "gpt", "value": "a"},
+                {"from": "gpt", "value": "b"},
+            ]
+        },
+        "conversations[2]: two agent messages in a row",
+    ),
+    (
+        "sharegpt",
+        {
+            "conversations": [
+                {"from": "human", "value": "go"},
+                {"from": "function_call", "value": '{"name": "f", "arguments": "{oops"}'},
+            ]
+        },
+        "conversations[1].value.arguments: not valid JSON",
+    ),
+    (
+        "swe-agent",
+        {"trajectory": [{"action": "ls", "observation": None}], "history": []},
+        "trajectory[0].observation: expected a string, got NoneType",
+    ),
+    (
+        "swe-agent",
+        {"trajectory": [], "history": [{"role": "system", "content": "x"}]},
+        "no environment actions: neither `trajectory` steps nor actions in `history`",
+    ),
     ("openhands", [{"id": 1, "action": "run", "args": "ls"}], "events[0].args: expected an object, got str"),
-    ("openhands", [{"id": 0, "source": "user", "action": "message", "args": {"content": "hi"}}],
-     "no environment actions: 1 events, skipped actions: none"),
-    ("mini-swe-agent", [{"role": "user", "content": "task"}, {"role": "assistant", "content": "```bash\nls\n```"},
-                        {"role": "assistant", "content": "```bash\npwd\n```"}],
-     "messages[2]: a second assistant message before any observation"),
-    ("mini-swe-agent", {"messages": [{"role": "user", "content": "task"}, {"role": "robot", "content": "x"}]},
-     "messages[1].role: unknown role 'robot'"),
-    ("atif", {"schema_version": "ATIF-v1.4", "steps": [{"source": "agent", "message": "m", "tool_calls": [
-        {"tool_call_id": "c1", "function_name": "bash", "arguments": 5}]}]},
-     "steps[0].tool_calls[0].arguments: expected a JSON object or a JSON string, got int"),
-    ("atif", {"schema_version": "ATIF-v1.4", "steps": [
-        {"source": "agent", "message": "m", "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {}}]},
-        {"source": "agent", "message": "n", "tool_calls": [{"tool_call_id": "c2", "function_name": "bash", "arguments": {}}],
-         "observation": {"results": [{"source_call_id": "c2", "content": "ok"}]}}]},
-     "steps[0].tool_calls[0]: a tool call without an observation result, before later actions"),
+    (
+        "openhands",
+        [{"id": 0, "source": "user", "action": "message", "args": {"content": "hi"}}],
+        "no environment actions: 1 events, skipped actions: none",
+    ),
+    (
+        "mini-swe-agent",
+        [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "```bash\nls\n```"},
+            {"role": "assistant", "content": "```bash\npwd\n```"},
+        ],
+        "messages[2]: a second assistant message before any observation",
+    ),
+    (
+        "mini-swe-agent",
+        {"messages": [{"role": "user", "content": "task"}, {"role": "robot", "content": "x"}]},
+        "messages[1].role: unknown role 'robot'",
+    ),
+    (
+        "atif",
+        {
+            "schema_version": "ATIF-v1.4",
+            "steps": [
+                {
+                    "source": "agent",
+                    "message": "m",
+                    "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": 5}],
+                }
+            ],
+        },
+        "steps[0].tool_calls[0].arguments: expected a JSON object or a JSON string, got int",
+    ),
+    (
+        "atif",
+        {
+            "schema_version": "ATIF-v1.4",
+            "steps": [
+                {
+                    "source": "agent",
+                    "message": "m",
+                    "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {}}],
+                },
+                {
+                    "source": "agent",
+                    "message": "n",
+                    "tool_calls": [{"tool_call_id": "c2", "function_name": "bash", "arguments": {}}],
+                    "observation": {"results": [{"source_call_id": "c2", "content": "ok"}]},
+                },
+            ],
+        },
+        "steps[0].tool_calls[0]: a tool call without an observation result, before later actions",
+    ),
     # Issue 13: within one step too, a call without a result before an answered one is a hole.
-    ("atif", {"schema_version": "ATIF-v1.4", "steps": [
-        {"source": "agent", "message": "m", "tool_calls": [
-            {"tool_call_id": "c1", "function_name": "bash", "arguments": {}},
-            {"tool_call_id": "c2", "function_name": "bash", "arguments": {}}],
-         "observation": {"results": [{"source_call_id": "c2", "content": "ok"}]}}]},
-     "steps[0].tool_calls[0]: a tool call without an observation result, before later actions"),
-    ("atif", {"schema_version": "ATIF-v1.4", "steps": [{"source": "robot", "message": "m"}]},
-     "steps[0].source: expected one of agent, system, user, got 'robot'"),
-    ("atif", {"schema_version": "ATIF-v1.4", "steps": [{"source": "agent", "message": "m", "tool_calls": [
-        {"tool_call_id": "c1", "function_name": "bash", "arguments": {}}], "observation": {"results": [{"content": 3}]}}]},
-     "steps[0].observation.results[0].content: expected a string, got int"),
+    (
+        "atif",
+        {
+            "schema_version": "ATIF-v1.4",
+            "steps": [
+                {
+                    "source": "agent",
+                    "message": "m",
+                    "tool_calls": [
+                        {"tool_call_id": "c1", "function_name": "bash", "arguments": {}},
+                        {"tool_call_id": "c2", "function_name": "bash", "arguments": {}},
+                    ],
+                    "observation": {"results": [{"source_call_id": "c2", "content": "ok"}]},
+                }
+            ],
+        },
+        "steps[0].tool_calls[0]: a tool call without an observation result, before later actions",
+    ),
+    (
+        "atif",
+        {"schema_version": "ATIF-v1.4", "steps": [{"source": "robot", "message": "m"}]},
+        "steps[0].source: expected one of agent, system, user, got 'robot'",
+    ),
+    (
+        "atif",
+        {
+            "schema_version": "ATIF-v1.4",
+            "steps": [
+                {
+                    "source": "agent",
+                    "message": "m",
+                    "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {}}],
+                    "observation": {"results": [{"content": 3}]},
+                }
+            ],
+        },
+        "steps[0].observation.results[0].content: expected a string, got int",
+    ),
     ("text-game", "You are in a room.\nNo actions here.", "no `> action` lines"),
     ("text-game", "> look\nA room.", "no initial observation before the first `> action` line"),
     ("text-game", ["> look"], "expected the text of a game log, got list"),
@@ -562,8 +827,14 @@ def test_detection_picks_the_most_specific_adapter(_, content, expected):
 
 
 MAPPING = FieldMapping(
-    turns="steps", action="cmd", observation="out", tool_name="tool", task="run.goal",
-    system_prompt="prompt", outcome_reward="score", id="run.id",
+    turns="steps",
+    action="cmd",
+    observation="out",
+    tool_name="tool",
+    task="run.goal",
+    system_prompt="prompt",
+    outcome_reward="score",
+    id="run.id",
 )
 
 
@@ -571,7 +842,11 @@ def test_generic_jsonl_follows_the_field_mapping():
     path = FIXTURES / "generic_runs.jsonl"
     result = read(path, "generic-jsonl", mapping=MAPPING)
     first, second = result.trajectories
-    assert (first.task, first.outcome_reward, first.metadata) == ("Find the largest file in /var/log", 1.0, {"id": "run-001"})
+    assert (first.task, first.outcome_reward, first.metadata) == (
+        "Find the largest file in /var/log",
+        1.0,
+        {"id": "run-001"},
+    )
     assert first.system.task_description == "You simulate an Ubuntu 22.04 shell."
     assert [(t.action, t.observation, t.tool_name) for t in first.turns] == [
         ("ls -S /var/log | head -1", "syslog\n", "shell"),
@@ -579,7 +854,10 @@ def test_generic_jsonl_follows_the_field_mapping():
     ]
     assert first.domain == "other"
     # A structured observation is rendered as JSON; a turn without the mapped tool field has none.
-    assert (second.turns[0].observation, second.turns[0].tool_name) == ('{"exit": 0, "stdout": "5.15.0-91-generic\\n"}', None)
+    assert (second.turns[0].observation, second.turns[0].tool_name) == (
+        '{"exit": 0, "stdout": "5.15.0-91-generic\\n"}',
+        None,
+    )
     assert result.quarantined == {f"{path}:3": "steps[0].out: missing (mapped field not in the record)"}
 
 
@@ -589,7 +867,9 @@ def test_generic_jsonl_is_never_detected_and_needs_a_mapping():
     with pytest.raises(ValueError, match="field_mapping"):
         adapter("generic-jsonl")
     with pytest.raises(RecordError, match="run.goal: missing"):
-        adapter("generic-jsonl", mapping=MAPPING).parse({"steps": [], "score": 1, "prompt": "p", "run": {"id": "r"}}, None)
+        adapter("generic-jsonl", mapping=MAPPING).parse(
+            {"steps": [], "score": 1, "prompt": "p", "run": {"id": "r"}}, None
+        )
 
 
 def test_source_domain_overrides_inference():
@@ -637,7 +917,7 @@ def test_unanswered_call_at_the_end_is_skipped_not_quarantined():
         _chat(
             {"role": "user", "content": "cancel my booking"},
             {"role": "assistant", "tool_calls": [_call("a", "get_booking", '{"id": "B1"}')]},
-            {"role": "tool", "tool_call_id": "a", "content": "{\"status\": \"active\"}"},
+            {"role": "tool", "tool_call_id": "a", "content": '{"status": "active"}'},
             {"role": "assistant", "tool_calls": [_call("b", "cancel_booking", '{"id": "B1"}')]},
             {"role": "assistant", "content": "Your booking is being cancelled."},
         ),
@@ -652,7 +932,10 @@ def test_mini_swe_agent_format_error_is_a_flagged_turn():
         MINI_SWE_LIST[:1]
         + [
             {"role": "assistant", "content": "Two at once:\n```bash\nls\n```\n```bash\npwd\n```"},
-            {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks, found 2 actions."},
+            {
+                "role": "user",
+                "content": "Please always provide EXACTLY ONE action in triple backticks, found 2 actions.",
+            },
         ]
         + MINI_SWE_LIST[1:],
         None,
@@ -679,15 +962,31 @@ def test_openhands_think_action_is_a_thought():
         [
             {"id": 0, "source": "user", "action": "message", "args": {"content": "Fix the failing test."}},
             {"id": 1, "source": "agent", "action": "think", "args": {"thought": "The test imports a removed helper."}},
-            {"id": 2, "source": "agent", "observation": "think", "cause": 1, "content": "Your thought has been logged."},
+            {
+                "id": 2,
+                "source": "agent",
+                "observation": "think",
+                "cause": 1,
+                "content": "Your thought has been logged.",
+            },
             {"id": 3, "source": "agent", "action": "run", "args": {"command": "pytest -x"}},
-            {"id": 4, "source": "agent", "observation": "run", "cause": 3, "content": "1 passed",
-             "extras": {"metadata": {"exit_code": 0}}},
+            {
+                "id": 4,
+                "source": "agent",
+                "observation": "run",
+                "cause": 3,
+                "content": "1 passed",
+                "extras": {"metadata": {"exit_code": 0}},
+            },
         ],
         None,
     )
     think, run = trajectory.turns
-    assert (think.tool_name, think.observation, think.metadata["kind"]) == ("think", "Your thought has been logged.", "thought")
+    assert (think.tool_name, think.observation, think.metadata["kind"]) == (
+        "think",
+        "Your thought has been logged.",
+        "thought",
+    )
     assert (run.action, run.metadata.get("kind")) == ("pytest -x", None)
 
 
@@ -695,7 +994,11 @@ def test_legacy_function_call_is_answered_by_the_function_message():
     trajectory = adapter("openai-chat").parse(
         [
             {"role": "user", "content": "weather in Oslo?"},
-            {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            },
             {"role": "function", "name": "get_weather", "content": "-3 C, snow"},
         ],
         None,
@@ -732,6 +1035,8 @@ DOMAINS_BY_TOOLS = [
 ]
 
 
-@pytest.mark.parametrize(("tools", "domain"), DOMAINS_BY_TOOLS, ids=[",".join(t) or "none" for t, _ in DOMAINS_BY_TOOLS])
+@pytest.mark.parametrize(
+    ("tools", "domain"), DOMAINS_BY_TOOLS, ids=[",".join(t) or "none" for t, _ in DOMAINS_BY_TOOLS]
+)
 def test_domain_from_signature_tools(tools, domain):
     assert domain_of_tools(tools, "mcp") == domain

@@ -29,8 +29,12 @@ exit 99
     "case, status, ran, said",
     [
         (dict(CUDA=1), 1, [], "torch sees no CUDA GPU"),
-        (dict(VLLM=1), 0, ["training"], "vLLM is not installed: the vLLM serving check was skipped "
-                                        "(pip install -e '.[gpu]')"),
+        (
+            dict(VLLM=1),
+            0,
+            ["training"],
+            "vLLM is not installed: the vLLM serving check was skipped (pip install -e '.[gpu]')",
+        ),
         (dict(PYTEST=1), 0, ["training"], "pytest is not installed"),
         ({}, 0, ["training", "serving"], ""),
         (dict(TRAIN=1), 1, ["training", "serving"], ""),  # a training failure still runs the serving check
@@ -43,10 +47,23 @@ def test_both_checks_run_and_either_failure_fails_the_script(tmp_path, case, sta
     python = tmp_path / "python"
     python.write_text(STAND_IN)
     python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(python), "CUDA": "0", "VLLM": "0", "PYTEST": "0", "TRAIN": "0",
-           "SERVING": "0", **{key: str(value) for key, value in case.items()}}
-    completed = subprocess.run([str(REPO / "deploy/gpu-check.sh"), "--max-length", "4096"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "PYTHON": str(python),
+        "CUDA": "0",
+        "VLLM": "0",
+        "PYTEST": "0",
+        "TRAIN": "0",
+        "SERVING": "0",
+        **{key: str(value) for key, value in case.items()},
+    }
+    completed = subprocess.run(
+        [str(REPO / "deploy/gpu-check.sh"), "--max-length", "4096"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert completed.returncode == status, completed.stderr
     assert [line.split()[1] for line in completed.stdout.splitlines()] == ran
     if "training" in ran:  # the script's arguments reach the training check, as before

@@ -13,11 +13,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_training_benchmark_runs_the_stage_path_on_the_demo_store(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "gpu_train.py"), "--shape", "tiny", "--steps", "3",
-               "--warmup-steps", "1", "--max-length", "256", "--micro-batch-rows", "2", "--compare-padded",
-               "--workspace", str(tmp_path)]
-    done = subprocess.run(command, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=600)
+    command = [
+        sys.executable,
+        str(REPO / "bench" / "gpu_train.py"),
+        "--shape",
+        "tiny",
+        "--steps",
+        "3",
+        "--warmup-steps",
+        "1",
+        "--max-length",
+        "256",
+        "--micro-batch-rows",
+        "2",
+        "--compare-padded",
+        "--workspace",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     packed = re.search(r"packed \(sdpa, chunked loss, 512 tokens/step\): ([\d,]+) non-padding tokens/s", done.stdout)
     assert packed and int(packed.group(1).replace(",", "")) > 0, done.stdout

@@ -21,24 +21,35 @@ from pipeline.store.schema import ScoredTurn, SystemPrompt
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = Query(
-    trajectory_id="t1", turn_index=2, domain="terminal",
-    system=SystemPrompt(task_description="A shell in a fresh home folder.", action_space="bash commands",
-                        simulation_instructions="Answer as bash would."),
+    trajectory_id="t1",
+    turn_index=2,
+    domain="terminal",
+    system=SystemPrompt(
+        task_description="A shell in a fresh home folder.",
+        action_space="bash commands",
+        simulation_instructions="Answer as bash would.",
+    ),
     history=(ScoredTurn(0, "mkdir notes", "", "action", 1.0), ScoredTurn(1, "ls", "notes\n", "retrieval", 1.0)),
-    action="ls notes", reference="", history_left_out=0,
+    action="ls notes",
+    reference="",
+    history_left_out=0,
 )
 
 
 def test_adopted_answers_are_served_from_the_store_without_loading_the_model(tiny_chat_model, tmp_path):
-    endpoint = EndpointConfig(backend="transformers", model=str(tiny_chat_model), temperature=0.0, max_tokens=8, device="cpu")
+    endpoint = EndpointConfig(
+        backend="transformers", model=str(tiny_chat_model), temperature=0.0, max_tokens=8, device="cpu"
+    )
     requests = [ChatRequest(query_messages(QUERY, fmt)) for fmt in (NON_THINKING, THINKING, RL_THINKING)]
     scratch_path = tmp_path / "run" / "heldout_cache.duckdb"
     scratch_path.parent.mkdir()
     with Store(scratch_path) as scratch:
         made = open_client(endpoint, scratch, "sft.heldout.after").complete_sync(requests)
         # A failure recorded in the scratch cache is not an answer: it is not adopted.
-        scratch.execute("INSERT INTO llm_cache VALUES ('failed-key', 'r', 'transformers', 'm', '{}', NULL, 'boom', "
-                        "NULL, NULL, 3, now())")
+        scratch.execute(
+            "INSERT INTO llm_cache VALUES ('failed-key', 'r', 'transformers', 'm', '{}', NULL, 'boom', "
+            "NULL, NULL, 3, now())"
+        )
     with Store(tmp_path / "store.duckdb") as store:
         assert adopt_answers(store, scratch_path) == 3
         assert adopt_answers(store, scratch_path) == 0

@@ -150,7 +150,9 @@ def test_thresholds(why: str, turn: tuple[str, str], metrics: tuple, category: s
     assert scored.keep_ratio == DEFAULT.keep_ratios.of(category)
 
 
-def bulk_scores(turns: list[tuple[str, str]], config: ScoreConfig, kinds: list[str | None] | None = None) -> list[tuple]:
+def bulk_scores(
+    turns: list[tuple[str, str]], config: ScoreConfig, kinds: list[str | None] | None = None
+) -> list[tuple]:
     frame = pl.DataFrame(
         {
             "trajectory_id": ["t"] * len(turns),

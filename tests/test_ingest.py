@@ -53,12 +53,24 @@ MALFORMED = [
     ("{not json", "invalid JSON"),
     (b'{"schema": "simulacra/trajectory-v1", "turns": [{"action": "ls", "observation": "\xff\xfe"}]}', "invalid UTF-8"),
     ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": "ls", "observation": "\\ud800"}]}', "invalid UTF-8"),
-    ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": 7, "observation": "x"}]}', "turns[0].action: expected a string, got int"),
+    (
+        '{"schema": "simulacra/trajectory-v1", "turns": [{"action": 7, "observation": "x"}]}',
+        "turns[0].action: expected a string, got int",
+    ),
     ('{"schema": "simulacra/trajectory-v1", "turns": []}', "no turns"),
     ('{"schema": "simulacra/trajectory-v1", "turns": "ls"}', "`turns`: expected a list"),
-    ('{"schema": "simulacra/trajectory-v1", "domain": "moon", "turns": [{"action": "a", "observation": "b"}]}', "domain 'moon'"),
-    ('{"schema": "simulacra/trajectory-v1", "turns": [{"action": "a", "observation": "' + "x" * 120 + '"}]}', "exceeds the cap of 100"),
-    ('{"schema": "simulacra/trajectory-v1", "outcome_reward": "high", "turns": [{"action": "a", "observation": "b"}]}', "`outcome_reward`: expected a number"),
+    (
+        '{"schema": "simulacra/trajectory-v1", "domain": "moon", "turns": [{"action": "a", "observation": "b"}]}',
+        "domain 'moon'",
+    ),
+    (
+        '{"schema": "simulacra/trajectory-v1", "turns": [{"action": "a", "observation": "' + "x" * 120 + '"}]}',
+        "exceeds the cap of 100",
+    ),
+    (
+        '{"schema": "simulacra/trajectory-v1", "outcome_reward": "high", "turns": [{"action": "a", "observation": "b"}]}',
+        "`outcome_reward`: expected a number",
+    ),
 ]
 
 
@@ -137,7 +149,9 @@ def test_killed_run_resumes_after_last_committed_batch(config, store, tmp_path, 
     monkeypatch.setattr(ingest, "_commit", real_commit)
     monkeypatch.setattr(ingest, "_parse", lambda record, *a: parsed.append(record.location) or real_parse(record, *a))
     monkeypatch.setattr(
-        ingest.jsonl_sql, "stage", lambda con, chunk, *a: staged.extend(chunk.numbers.tolist()) or real_stage(con, chunk, *a)
+        ingest.jsonl_sql,
+        "stage",
+        lambda con, chunk, *a: staged.extend(chunk.numbers.tolist()) or real_stage(con, chunk, *a),
     )
     result = ingest.run(config, store, paths=[str(path)])
     # Records committed before the kill are not read again.
@@ -185,22 +199,44 @@ def _link_up_from_a_subfolder(data: Path) -> None:
 # (what lies beside data/a.jsonl, records read, paths skipped and why). a.jsonl holds 9 trajectories and
 # 2 malformed records; whatever else names it, it is read once (issue 29.1: `data/self -> .` read it 41 times).
 LINKED = [
-    ("a link to its own folder", lambda data: (data / "self").symlink_to("."), 11,
-     [("self", "a link back to {data}, which holds it: a loop, not followed")]),
-    ("a link up from a subfolder", _link_up_from_a_subfolder, 11,
-     [("sub/up", "a link back to {data}, which holds it: a loop, not followed")]),
-    ("a second name of the file", lambda data: (data / "b.jsonl").symlink_to("a.jsonl"), 11,
-     [("b.jsonl", "the same file as {data}/a.jsonl: read once")]),
+    (
+        "a link to its own folder",
+        lambda data: (data / "self").symlink_to("."),
+        11,
+        [("self", "a link back to {data}, which holds it: a loop, not followed")],
+    ),
+    (
+        "a link up from a subfolder",
+        _link_up_from_a_subfolder,
+        11,
+        [("sub/up", "a link back to {data}, which holds it: a loop, not followed")],
+    ),
+    (
+        "a second name of the file",
+        lambda data: (data / "b.jsonl").symlink_to("a.jsonl"),
+        11,
+        [("b.jsonl", "the same file as {data}/a.jsonl: read once")],
+    ),
     ("a hard link to the file", _hard_link, 11, [("b.jsonl", "the same file as {data}/a.jsonl: read once")]),
-    ("two links to one folder elsewhere", _two_links_to_one_folder, 12, [("y", "the same folder as {data}/x: read once")]),
-    ("a link that loops", lambda data: (data / "loop.jsonl").symlink_to("loop.jsonl"), 11,
-     [("loop.jsonl", "a symbolic link loop: not read")]),
+    (
+        "two links to one folder elsewhere",
+        _two_links_to_one_folder,
+        12,
+        [("y", "the same folder as {data}/x: read once")],
+    ),
+    (
+        "a link that loops",
+        lambda data: (data / "loop.jsonl").symlink_to("loop.jsonl"),
+        11,
+        [("loop.jsonl", "a symbolic link loop: not read")],
+    ),
 ]
 
 
 @pytest.mark.parametrize("lay_out,records,skipped", [case[1:] for case in LINKED], ids=[case[0] for case in LINKED])
-def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(config, store, tmp_path, lay_out,
-                                                                             records, skipped):
+def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(
+    config, store, tmp_path, lay_out, records, skipped
+):
     data = tmp_path / "data"
     data.mkdir()
     write_jsonl(data / "a.jsonl", [good(i) for i in range(9)] + ["{bad", "{worse"])
@@ -209,7 +245,8 @@ def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(co
     assert result.metrics["records_read"] == records and result.metrics["quarantined"] == 2
     assert (result.metrics["added"], result.metrics["duplicates"]) == (records - 2, 0)
     assert result.metrics["paths_skipped"] == [
-        {"path": str(data / path), "reason": reason.format(data=data)} for path, reason in skipped]
+        {"path": str(data / path), "reason": reason.format(data=data)} for path, reason in skipped
+    ]
     assert f"1 path(s) skipped: {data / skipped[0][0]} (" in result.summary
     assert result.metrics["paths_not_read"] == []
 
@@ -217,7 +254,11 @@ def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(co
 # (what the path given is, what ingestion says of it)
 NOT_FILES = [
     ("a named pipe", os.mkfifo, "a named pipe (FIFO), not a file: not read"),
-    ("a symbolic link loop", lambda path: path.symlink_to(path.name), "a symbolic link loop (it never reaches a file): not read"),
+    (
+        "a symbolic link loop",
+        lambda path: path.symlink_to(path.name),
+        "a symbolic link loop (it never reaches a file): not read",
+    ),
 ]
 
 

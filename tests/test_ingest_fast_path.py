@@ -29,7 +29,9 @@ DEMO_TOOL_CALLS = Path(__file__).resolve().parents[1] / "data" / "demo" / "tool_
 
 def stored(store: Store) -> dict[str, list]:
     return {
-        "trajectories": store.execute("SELECT * EXCLUDE (ingested_at) FROM trajectories ORDER BY trajectory_id").fetchall(),
+        "trajectories": store.execute(
+            "SELECT * EXCLUDE (ingested_at) FROM trajectories ORDER BY trajectory_id"
+        ).fetchall(),
         "turns": store.execute("SELECT * FROM turns ORDER BY trajectory_id, turn_index").fetchall(),
         "quarantine": store.execute("SELECT * EXCLUDE (recorded_at) FROM quarantine ORDER BY quarantine_id").fetchall(),
         "files": store.execute("SELECT * EXCLUDE (updated_at) FROM ingested_files ORDER BY path").fetchall(),
@@ -42,7 +44,10 @@ def ingest_both(tmp_path: Path, monkeypatch, path: Path, **settings) -> tuple[di
     results, routed = {}, []
     real_parse = ingest._parse
     for reader in ("sql", "python"):
-        config = load_config(None, [{"workspace": {"path": str(tmp_path / reader)}, "ingest": {**settings, "sql_fast_path": reader == "sql"}}])
+        config = load_config(
+            None,
+            [{"workspace": {"path": str(tmp_path / reader)}, "ingest": {**settings, "sql_fast_path": reader == "sql"}}],
+        )
         parsed: list[str] = []
         monkeypatch.setattr(
             ingest,
@@ -72,7 +77,7 @@ TRICKY_TEXT = [
     "NUL \x00 inside, and \x01\x1f\x7f controls",
     'quotes " and \\ backslashes and \\" together',
     "\u2028\u2029 separators",
-    "looks like JSON: {\"a\": 1, \"b\": [1, 2]}",  # not minified: still plain text
+    'looks like JSON: {"a": 1, "b": [1, 2]}',  # not minified: still plain text
     "7 items",
     "true-ish",
     "x" * 5000,
@@ -93,8 +98,21 @@ def tricky_trajectory(n: int, rng: random.Random) -> Trajectory:
         )
         for _ in range(rng.randint(1, 6))
     ]
-    tools = rng.choice([[], [{"type": "function", "function": {"name": "search_books", "description": text(),
-                                                               "parameters": {"type": "object", "required": ["q"]}}}]])
+    tools = rng.choice(
+        [
+            [],
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "search_books",
+                        "description": text(),
+                        "parameters": {"type": "object", "required": ["q"]},
+                    },
+                }
+            ],
+        ]
+    )
     return Trajectory(
         source="",
         domain=rng.choice(["terminal", "mcp", "text-game", "other"]),
@@ -157,8 +175,15 @@ def turn(**fields) -> dict:
 
 
 def line(**fields) -> str:
-    record = {"schema": "simulacra/trajectory-v1", "domain": "terminal", "task": None,
-              "system": {"task_description": "A shell."}, "turns": [turn()], "outcome_reward": None, "metadata": {}}
+    record = {
+        "schema": "simulacra/trajectory-v1",
+        "domain": "terminal",
+        "task": None,
+        "system": {"task_description": "A shell."},
+        "turns": [turn()],
+        "outcome_reward": None,
+        "metadata": {},
+    }
     return json.dumps({**record, **fields})
 
 
@@ -169,13 +194,25 @@ EDGE_LINES = [
     ("NaN reward", line().replace('"outcome_reward": null', '"outcome_reward": NaN'), False),
     ("Infinity in an unknown key", line()[:-1] + ', "extra": Infinity}', False),
     ("huge exponent in metadata", line(metadata={"x": 1}).replace('"x": 1', '"x": 1e400'), False),
-    ("big integer in metadata", line(metadata={"x": 1}).replace('"x": 1', '"x": 123456789012345678901234567890'), False),
+    (
+        "big integer in metadata",
+        line(metadata={"x": 1}).replace('"x": 1', '"x": 123456789012345678901234567890'),
+        False,
+    ),
     ("float forms in metadata", line(metadata={"x": 1}).replace('"x": 1', '"x": 1E5, "y": 0.1, "z": 1.5e-7'), True),
     ("control character in metadata", line(metadata={"x": "\x1f"}), False),
     ("deep nesting in an unknown key", line()[:-1] + ', "extra": ' + "[" * 1100 + "]" * 1100 + "}", False),
-    ("deep nesting in metadata", line()[:-1].replace('"metadata": {}', '"metadata": {"d": ' + "[" * 1023 + "]" * 1023 + "}") + "}", False),
+    (
+        "deep nesting in metadata",
+        line()[:-1].replace('"metadata": {}', '"metadata": {"d": ' + "[" * 1023 + "]" * 1023 + "}") + "}",
+        False,
+    ),
     ("duplicate top-level key", line()[:-1] + ', "task": "second"}', False),
-    ("duplicate system key", line(system={"task_description": "A shell."}).replace('"A shell."}', '"A shell.", "task_description": "B"}'), False),
+    (
+        "duplicate system key",
+        line(system={"task_description": "A shell."}).replace('"A shell."}', '"A shell.", "task_description": "B"}'),
+        False,
+    ),
     ("duplicate turn key", line().replace('"action": "ls"', '"action": "ls", "action": "pwd"'), False),
     ("duplicate turn key, escaped", line().replace('"action": "ls"', '"action": "ls", "\\u0061ction": "pwd"'), False),
     ("duplicate metadata key", line(metadata={"k": 1}).replace('"k": 1', '"k": 1, "k": 2'), False),
@@ -191,7 +228,11 @@ EDGE_LINES = [
     ("string is_error", line(turns=[turn(is_error="true")]), False),
     ("null is_error", line(turns=[turn(is_error=None)]), False),
     ("missing is_error", line(turns=[{"action": "ls", "observation": "x"}]), True),
-    ("missing is_error and explicit null", line(turns=[{"action": "a", "observation": "x"}, turn(is_error=None)]), False),
+    (
+        "missing is_error and explicit null",
+        line(turns=[{"action": "a", "observation": "x"}, turn(is_error=None)]),
+        False,
+    ),
     ("string metadata", line(metadata="x"), False),
     ("empty-list metadata", line(metadata=[]), False),
     ("turn metadata", line(turns=[turn(metadata={"kind": "format_error"})]), True),
@@ -200,7 +241,11 @@ EDGE_LINES = [
     ("missing system", json.dumps({"turns": [turn()]}), True),
     ("tools object", line(system={"task_description": "s", "tools": {}}), False),
     ("tools string", line(system={"task_description": "s", "tools": "x"}), False),
-    ("tools with float and escapes", line(system={"task_description": "s", "tools": [{"name": "t\u00e9\x01", "max": 1e5}]}), True),
+    (
+        "tools with float and escapes",
+        line(system={"task_description": "s", "tools": [{"name": "t\u00e9\x01", "max": 1e5}]}),
+        True,
+    ),
     ("null domain", line(domain=None), False),
     ("number domain", line(domain=7), False),
     ("missing domain", json.dumps({"turns": [turn()]}), True),
@@ -209,7 +254,11 @@ EDGE_LINES = [
     ("string reward", line(outcome_reward="0.5"), False),
     ("boolean reward", line(outcome_reward=True), False),
     ("integer reward", line(outcome_reward=3), True),
-    ("huge integer reward", line().replace('"outcome_reward": null', '"outcome_reward": 123456789012345678901234567890'), False),
+    (
+        "huge integer reward",
+        line().replace('"outcome_reward": null', '"outcome_reward": 123456789012345678901234567890'),
+        False,
+    ),
     ("empty turns", line(turns=[]), False),
     ("null turns", line(turns=None), False),
     ("null turn", line(turns=[None]), False),
@@ -350,5 +399,7 @@ def test_turn_verifiers_are_stored_alike_and_route_no_line(tmp_path, monkeypatch
     routed_plain = ingest_both(tmp_path / "plain", monkeypatch, plain)[2]
     assert fast == python
     assert [r.rsplit(":", 1)[1] for r in routed] == [r.rsplit(":", 1)[1] for r in routed_plain]
-    verifiers = [json.loads(metadata)["verifier"] for *_, metadata in fast["turns"] if metadata and "verifier" in metadata]
+    verifiers = [
+        json.loads(metadata)["verifier"] for *_, metadata in fast["turns"] if metadata and "verifier" in metadata
+    ]
     assert sorted(verifiers) == sorted(expected) and len(verifiers) > 0

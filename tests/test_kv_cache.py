@@ -28,8 +28,9 @@ def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     seen = []
     with torch.inference_mode():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache},
-                       use_cache=True).logits[:, -1]
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache}, use_cache=True
+        ).logits[:, -1]
         last = positions[:, -1]
         for step in range(steps):
             seen.append(logits.clone())
@@ -43,8 +44,13 @@ def _decode(model, cache, steps: int, select_at: int | None, crop_at: int | None
                 mask, last = mask[:, :-1], last - 1
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)
             last = last + 1
-            logits = model(input_ids=token, attention_mask=mask, position_ids=last[:, None], **{cache_keyword(model): cache},
-                           use_cache=True).logits[:, -1]
+            logits = model(
+                input_ids=token,
+                attention_mask=mask,
+                position_ids=last[:, None],
+                **{cache_keyword(model): cache},
+                use_cache=True,
+            ).logits[:, -1]
     return seen
 
 
@@ -72,7 +78,9 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
     new = torch.randn(2, 3, 1, 4)
     keys, values = layer.update(new, new + 1)
     assert layer._key_buffer is buffer  # written in place
-    assert torch.equal(keys, torch.cat([first, new], dim=-2)) and torch.equal(values, torch.cat([first, new], dim=-2) + 1)
+    assert torch.equal(keys, torch.cat([first, new], dim=-2)) and torch.equal(
+        values, torch.cat([first, new], dim=-2) + 1
+    )
     assert layer.get_seq_length() == 11
     # Assigned whole (the batch's join and trim do this): exactly what was assigned, room again at the next token.
     layer.keys, layer.values = keys[..., 2:, :], values[..., 2:, :]
@@ -81,12 +89,15 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
     assert torch.equal(keys, torch.cat([first[..., 2:, :], new, new], dim=-2))
 
 
-@pytest.mark.parametrize("lengths, groups", [
-    ([600], [[0]]),
-    ([300, 310, 320], [[0, 1, 2]]),  # alike: one prefill
-    ([1500, 300, 320, 1400], [[1, 2], [3, 0]]),  # short with short, long with long
-    ([100, 1000], [[0], [1]]),  # one padded batch would run 2,000 tokens for 1,100
-])
+@pytest.mark.parametrize(
+    "lengths, groups",
+    [
+        ([600], [[0]]),
+        ([300, 310, 320], [[0, 1, 2]]),  # alike: one prefill
+        ([1500, 300, 320, 1400], [[1, 2], [3, 0]]),  # short with short, long with long
+        ([100, 1000], [[0], [1]]),  # one padded batch would run 2,000 tokens for 1,100
+    ],
+)
 def test_prompts_are_prefilled_in_groups_of_similar_length(lengths, groups):
     from pipeline.llm.batching import PREFILL_PADDING, length_groups
 

@@ -41,7 +41,8 @@ def violations(importer: str, allowed: tuple[str, ...]) -> list[str]:
     """`importer`'s modules importing a project module outside `allowed` (and outside `importer` itself)."""
     return sorted(
         f"{module} imports {target}"
-        for module in MODULES if within(module, importer)
+        for module in MODULES
+        if within(module, importer)
         for target in imported(module)
         if not within(target, importer) and not any(within(target, package) for package in allowed)
     )
@@ -55,15 +56,30 @@ def test_the_store_imports_only_configuration_and_errors():
 
 def test_the_llm_clients_know_no_stage_method():
     # The backends read the thinking tags from pipeline/llm/thinking_format.py, not from SFT.
-    assert violations("pipeline.llm", ("pipeline.config", "pipeline.errors", "pipeline.progress", "pipeline.store",
-                                       "pipeline.training", "pipeline.serving")) == []
+    assert (
+        violations(
+            "pipeline.llm",
+            (
+                "pipeline.config",
+                "pipeline.errors",
+                "pipeline.progress",
+                "pipeline.store",
+                "pipeline.training",
+                "pipeline.serving",
+            ),
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(("lower", "higher"), [("stages", "flows"), ("pipeline", "stages"), ("pipeline", "flows")])
 def test_no_layer_imports_one_above_it(lower, higher):
     # pipeline/cli.py is the entry point above every layer: the one module of pipeline that runs stages and flows.
-    found = [line for line in violations(lower, tuple(p for p in PACKAGES if p != higher))
-             if not line.startswith("pipeline.cli ")]
+    found = [
+        line
+        for line in violations(lower, tuple(p for p in PACKAGES if p != higher))
+        if not line.startswith("pipeline.cli ")
+    ]
     assert found == []
 
 

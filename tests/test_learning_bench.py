@@ -53,13 +53,23 @@ def test_a_budget_of_the_whole_pool_stays_the_whole_pool(learning, tmp_path):
 
 
 def _row(model, stage, score, ce, semantic=0.5, exact=0.1, parse=1.0):
-    return {"model": model, "stage": stage, "score": score, "observation_ce": ce, "semantic_match": semantic,
-            "exact_match": exact, "parse_rate": parse}
+    return {
+        "model": model,
+        "stage": stage,
+        "score": score,
+        "observation_ce": ce,
+        "semantic_match": semantic,
+        "exact_match": exact,
+        "parse_rate": parse,
+    }
 
 
 def test_each_model_is_compared_with_the_base_and_the_retrieval_baseline_of_the_same_table(learning):
-    overall = [_row("base", "base", 20.0, 4.0), _row("sft-x", "sft", 30.0, 2.0, exact=0.0),
-               _row("retrieval baseline", "baseline", 40.0, None, exact=0.0)]
+    overall = [
+        _row("base", "base", 20.0, 4.0),
+        _row("sft-x", "sft", 30.0, 2.0, exact=0.0),
+        _row("retrieval baseline", "baseline", 40.0, None, exact=0.0),
+    ]
     by_model = {entry["model"]: entry for entry in learning.comparison(overall)}
     sft = by_model["sft-x"]
     assert sft["vs_base"]["score"] == {"difference": 10.0, "ratio": 1.5}
@@ -111,8 +121,18 @@ def test_the_answer_budget_is_raised_to_the_p95_observation_unless_the_user_set_
 
     def benchmark(*words: int) -> list[str]:
         turns = [{"action": f"cat f{i}", "observation": "x " * count} for i, count in enumerate(words)]
-        data.write_text(json.dumps({"schema": "simulacra/trajectory-v1", "domain": "terminal", "task": "t",
-                                    "system": {"task_description": "a shell"}, "turns": turns}) + "\n")
+        data.write_text(
+            json.dumps(
+                {
+                    "schema": "simulacra/trajectory-v1",
+                    "domain": "terminal",
+                    "task": "t",
+                    "system": {"task_description": "a shell"},
+                    "turns": turns,
+                }
+            )
+            + "\n"
+        )
         return [str(data)]
 
     # p95 of two answers is the longer: 400 words and the end token.
@@ -140,21 +160,39 @@ def _targets(stage: str, scores: list[float | None], seen: int = 0) -> Evaluated
     """Per-target scores of one model; the first `seen` targets seen in training (no unseen score)."""
     ids = [f"t{i}" for i in range(len(scores))]
     unseen = {q: (None if i < seen else v) for i, (q, v) in enumerate(zip(ids, scores))}
-    return EvaluatedTargets(f"e-{stage}", "retrieval baseline" if stage == "baseline" else stage, stage,
-                            dict.fromkeys(ids, "text-game"), {"score": dict(zip(ids, scores)), "score_unseen": unseen})
+    return EvaluatedTargets(
+        f"e-{stage}",
+        "retrieval baseline" if stage == "baseline" else stage,
+        stage,
+        dict.fromkeys(ids, "text-game"),
+        {"score": dict(zip(ids, scores)), "score_unseen": unseen},
+    )
 
 
 def test_each_stage_is_compared_with_the_one_it_started_from_and_the_exported_one_on_unseen_targets(learning):
-    evaluated = [_targets("base", [10, 20, 30, 40]), _targets("cpt", [20, 30, 40, 50]), _targets("sft", [20, 30, 40, 50]),
-                 _targets("rl", [10, 20, 30, 40]), _targets("baseline", [90, 25, 35, 45], seen=1)]
+    evaluated = [
+        _targets("base", [10, 20, 30, 40]),
+        _targets("cpt", [20, 30, 40, 50]),
+        _targets("sft", [20, 30, 40, 50]),
+        _targets("rl", [10, 20, 30, 40]),
+        _targets("baseline", [90, 25, 35, 45], seen=1),
+    ]
     found = learning.gains(evaluated, "cpt")
     assert {name: c.difference.mean for name, c in found.items()} == {
-        "cpt vs base": 10.0, "sft vs cpt": 0.0, "rl vs sft": -10.0,
-        "exported vs base": 10.0, "exported vs baseline": 5.0}  # 3 unseen targets: t0 is left out
+        "cpt vs base": 10.0,
+        "sft vs cpt": 0.0,
+        "rl vs sft": -10.0,
+        "exported vs base": 10.0,
+        "exported vs baseline": 5.0,
+    }  # 3 unseen targets: t0 is left out
     assert found["exported vs baseline"].difference.n == 3 and found["exported vs baseline"].model == "cpt"
     verdicts = {row["target"]: row["verdict"] for row in learning.targets(found)}
-    assert verdicts == {"cpt > base": "met", "sft >= cpt": "met", "rl > sft": "missed",
-                        "exported > retrieval baseline": "met"}
+    assert verdicts == {
+        "cpt > base": "met",
+        "sft >= cpt": "met",
+        "rl > sft": "missed",
+        "exported > retrieval baseline": "met",
+    }
 
 
 def test_a_target_without_its_models_is_not_measured_rather_than_missed(learning):
@@ -167,13 +205,25 @@ def test_a_target_without_its_models_is_not_measured_rather_than_missed(learning
 def test_a_stages_validation_and_rl_reward_are_read_from_its_run_folder(learning, tmp_path):
     run = tmp_path / "runs" / "rl" / "f1"
     (run / "model").mkdir(parents=True)
-    metrics = {"val_queries": 32, "val_score_before": 30.0, "val_score_after": 36.0, "val_change": 6.0,
-               "val_change_low": 1.0, "val_change_high": 11.0, "val_parse_rate_after": 1.0,
-               "prompt_reward_prompts": 24, "prompt_reward_before": 5.0, "prompt_reward_after": 7.5,
-               "prompt_reward_change": 2.5, "prompt_reward_change_low": -0.5, "prompt_reward_change_high": 5.5}
+    metrics = {
+        "val_queries": 32,
+        "val_score_before": 30.0,
+        "val_score_after": 36.0,
+        "val_change": 6.0,
+        "val_change_low": 1.0,
+        "val_change_high": 11.0,
+        "val_parse_rate_after": 1.0,
+        "prompt_reward_prompts": 24,
+        "prompt_reward_before": 5.0,
+        "prompt_reward_after": 7.5,
+        "prompt_reward_change": 2.5,
+        "prompt_reward_change_low": -0.5,
+        "prompt_reward_change_high": 5.5,
+    }
     (run / "metrics.json").write_text(json.dumps(metrics))
     read = learning.run_metrics(str(run / "model"))
     assert learning.validation_words(read).startswith("validation score 30.0 -> 36.0, improved +6.0 [+1.0, +11.0]")
-    assert learning.prompt_reward_words(read) == ("reward on its 24 prompts (greedy, 0-25) 5.00 -> 7.50, "
-                                                  "no measurable change +2.50 [-0.50, +5.50]")
+    assert learning.prompt_reward_words(read) == (
+        "reward on its 24 prompts (greedy, 0-25) 5.00 -> 7.50, no measurable change +2.50 [-0.50, +5.50]"
+    )
     assert learning.run_metrics(None) == {} and learning.run_metrics(str(tmp_path / "nothing" / "model")) == {}

@@ -19,8 +19,15 @@ def ask(text: str, sample_index: int = 0, response_format: dict | None = None) -
 
 
 def endpoint(server: OpenAIServer, **fields) -> EndpointConfig:
-    defaults = dict(backend="openai", base_url=server.base_url, model=server.model, api_key_env=None,
-                    timeout_s=2.0, backoff_initial_s=0.01, backoff_max_s=0.05)
+    defaults = dict(
+        backend="openai",
+        base_url=server.base_url,
+        model=server.model,
+        api_key_env=None,
+        timeout_s=2.0,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+    )
     return EndpointConfig(**{**defaults, **fields})
 
 
@@ -143,7 +150,9 @@ def test_a_recorded_failure_is_retried_by_the_next_run(server, store):
     "failures, limit, raises",
     [(0, 0.0, False), (1, 0.25, False), (3, 0.5, True), (4, 0.99, True), (4, 1.0, False)],
 )
-def test_the_stage_fails_past_the_failed_fraction_naming_endpoint_and_commonest_error(server, store, failures, limit, raises):
+def test_the_stage_fails_past_the_failed_fraction_naming_endpoint_and_commonest_error(
+    server, store, failures, limit, raises
+):
     server.faults.extend([Fault("server_error")] + [Fault("unavailable")] * (failures - 1) if failures else [])
     client = open_client(endpoint(server, max_retries=0, max_failed_fraction=limit), store, "sft.judge")
     client.complete_sync([ask(str(i)) for i in range(4)])
@@ -175,7 +184,10 @@ def test_complete_runs_in_an_event_loop_of_the_caller(server, store):
     "tally, line",
     [
         (RequestTally(done=2, cached=1, failed=1), "2 done, 1 cached, 1 failed"),
-        (RequestTally(done=2, prompt_tokens=10, completion_tokens=4), "2 done, 0 cached, 0 failed, 10 tokens in, 4 out"),
+        (
+            RequestTally(done=2, prompt_tokens=10, completion_tokens=4),
+            "2 done, 0 cached, 0 failed, 10 tokens in, 4 out",
+        ),
     ],
 )
 def test_the_progress_line_shows_tokens_once_usage_is_reported(tally, line):

@@ -13,7 +13,10 @@ def test_every_field_says_what_it_does():
 def test_the_default_is_the_local_cpt_checkpoint_and_holds_no_key():
     config = EndpointConfig()
     assert (config.backend, config.model, config.api_key_env, config.api_key_secret) == (
-        "transformers", None, "OPENAI_API_KEY", None
+        "transformers",
+        None,
+        "OPENAI_API_KEY",
+        None,
     )
 
 

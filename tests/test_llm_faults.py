@@ -43,8 +43,16 @@ def store(tmp_path):
 
 def run(server, store, fault: Fault, max_retries: int):
     server.faults.append(fault)
-    config = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model, api_key_env=None,
-                            timeout_s=0.5, max_retries=max_retries, backoff_initial_s=0.01, backoff_max_s=0.05)
+    config = EndpointConfig(
+        backend="openai",
+        base_url=server.base_url,
+        model=server.model,
+        api_key_env=None,
+        timeout_s=0.5,
+        max_retries=max_retries,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+    )
     client = open_client(config, store, "judge")
     [answer] = client.complete_sync([QUESTION], accept=in_range)
     attempts = store.scalar("SELECT attempts FROM llm_cache WHERE key = ?", [answer.key])

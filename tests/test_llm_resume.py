@@ -62,9 +62,12 @@ def test_a_killed_run_resumes_without_asking_a_committed_answer_again(tmp_path):
         killed.wait()
         first_run = server.log[uninterrupted_requests:]
         with Store(tmp_path / "resumed.duckdb") as store:
-            committed = {row[0] for row in store.execute(
-                "SELECT json_extract_string(request, '$.messages[0].content') FROM llm_cache WHERE answer IS NOT NULL"
-            ).fetchall()}
+            committed = {
+                row[0]
+                for row in store.execute(
+                    "SELECT json_extract_string(request, '$.messages[0].content') FROM llm_cache WHERE answer IS NOT NULL"
+                ).fetchall()
+            }
         assert N // 3 - CONCURRENCY <= len(committed) < N  # the answered, less those in flight
 
         rerun_from = len(server.log)

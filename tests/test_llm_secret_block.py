@@ -47,7 +47,10 @@ def test_the_key_comes_from_the_secret_block_when_one_is_named(tmp_path):
     with OpenAIServer() as server:
         done = subprocess.run(
             [sys.executable, "-c", SCRIPT, server.base_url, str(tmp_path / "store.duckdb"), key],
-            env=env, capture_output=True, text=True, timeout=300,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 0, done.stderr
         assert [entry.authorization for entry in server.log] == [f"Bearer {key}"]

@@ -33,9 +33,15 @@ def test_the_key_is_sent_but_written_nowhere(tmp_path, monkeypatch, caplog, capf
     caplog.set_level(logging.DEBUG)  # the SDK's and httpx's debug lines too
     written: list[str] = []
     with OpenAIServer() as server, Store(tmp_path / "ws" / "store.duckdb") as store:
-        config = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model,
-                                api_key_env="SIMULACRA_TEST_KEY", max_retries=1, backoff_initial_s=0.01,
-                                max_failed_fraction=0.1)
+        config = EndpointConfig(
+            backend="openai",
+            base_url=server.base_url,
+            model=server.model,
+            api_key_env="SIMULACRA_TEST_KEY",
+            max_retries=1,
+            backoff_initial_s=0.01,
+            max_failed_fraction=0.1,
+        )
         server.faults.extend([Fault("unauthorized"), Fault("unavailable"), Fault("reset"), Fault("unauthorized")])
         client = open_client(config, store, "judge")
         answers = client.complete_sync([ChatRequest(({"role": "user", "content": f"q{i}"},)) for i in range(6)])
@@ -83,14 +89,21 @@ DISGUISES = [
 
 
 @pytest.mark.parametrize("fault,form", DISGUISES, ids=[fault for fault, _ in DISGUISES])
-def test_a_disguised_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_path, monkeypatch, caplog, capfd, fault, form):
+def test_a_disguised_key_in_an_error_is_redacted_everywhere_it_is_written(
+    tmp_path, monkeypatch, caplog, capfd, fault, form
+):
     """The 401 quotes the key in a form other than verbatim."""
     key = f"sk-canary-{uuid.uuid4().hex}"
     monkeypatch.setenv("SIMULACRA_TEST_KEY", key)
     caplog.set_level(logging.DEBUG)
     with OpenAIServer() as server, Store(tmp_path / "ws" / "store.duckdb") as store:
-        config = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model,
-                                api_key_env="SIMULACRA_TEST_KEY", max_retries=0)
+        config = EndpointConfig(
+            backend="openai",
+            base_url=server.base_url,
+            model=server.model,
+            api_key_env="SIMULACRA_TEST_KEY",
+            max_retries=0,
+        )
         server.faults.extend([Fault(fault)] * 3)
         client = open_client(config, store, "sft.generator.0")
         answers = client.complete_sync([ChatRequest(({"role": "user", "content": f"q{i}"},)) for i in range(3)])
@@ -98,12 +111,23 @@ def test_a_disguised_key_in_an_error_is_redacted_everywhere_it_is_written(tmp_pa
             client.check_failures()
         errors = [row[0] for row in store.execute("SELECT error FROM llm_cache").fetchall()]
     assert len(errors) == 3 and all(REDACTED in error for error in errors)
-    written = [str(failed.value), *(a.error for a in answers), *errors, *(r.getMessage() for r in caplog.records),
-               *capfd.readouterr()]
+    written = [
+        str(failed.value),
+        *(a.error for a in answers),
+        *errors,
+        *(r.getMessage() for r in caplog.records),
+        *capfd.readouterr(),
+    ]
     assert not [text for text in written if key[:8] in text or key[-4:] in text or form(key) in text]
-    assert form(key).encode() not in stored_bytes(tmp_path / "ws") and key[-4:].encode() not in stored_bytes(tmp_path / "ws")
+    assert form(key).encode() not in stored_bytes(tmp_path / "ws") and key[-4:].encode() not in stored_bytes(
+        tmp_path / "ws"
+    )
     # The one line names the endpoint, the error and where the key comes from.
-    assert "http 401" in str(failed.value) and server.base_url in str(failed.value) and "$SIMULACRA_TEST_KEY" in str(failed.value)
+    assert (
+        "http 401" in str(failed.value)
+        and server.base_url in str(failed.value)
+        and "$SIMULACRA_TEST_KEY" in str(failed.value)
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,19 +174,37 @@ def test_an_answer_that_echoes_the_key_is_stored_redacted_never_judged_nor_kept(
     def answer(request: dict) -> str:
         if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
             return f"<think>\nheaders: Authorization: Bearer {key}\n</think>\n\nfile.txt\n"
-        return json.dumps({"content_classes": [], "format": 5, "factuality": 5, "consistency": 5, "realism": 5,
-                           "quality": 5, "rationale": f"looks right ({masked(key)})"})
+        return json.dumps(
+            {
+                "content_classes": [],
+                "format": 5,
+                "factuality": 5,
+                "consistency": 5,
+                "realism": 5,
+                "quality": 5,
+                "rationale": f"looks right ({masked(key)})",
+            }
+        )
 
     endpoint = {"backend": "openai", "model": "test-model", "api_key_env": "SIMULACRA_TEST_KEY", "max_retries": 0}
     with OpenAIServer(answer=answer) as server, Store(tmp_path / "ws" / "store.duckdb") as store:
         endpoint["base_url"] = server.base_url
-        generators, _ = build_generators([GeneratorConfig(kind="endpoint", samples=2, endpoint=endpoint)], store,
-                                         tmp_path, "unused", "pools")
+        generators, _ = build_generators(
+            [GeneratorConfig(kind="endpoint", samples=2, endpoint=endpoint)], store, tmp_path, "unused", "pools"
+        )
         judge_config = JudgeConfig(kind="llm", endpoint=endpoint)
         judge, _ = build_judge(judge_config, store)
         query = Query("t1", 1, "terminal", SystemPrompt(), (), "ls", "file.txt\n", 0)
-        sampler = RejectionSampler(store, generators, judge, judge_label(judge_config), min_score=1.0, min_agreement=3.0,
-                                   seed=0, batch_queries=4)
+        sampler = RejectionSampler(
+            store,
+            generators,
+            judge,
+            judge_label(judge_config),
+            min_score=1.0,
+            min_agreement=3.0,
+            seed=0,
+            batch_queries=4,
+        )
         sampler.run([query])
         statuses = [row[0] for row in store.execute("SELECT parse_status FROM sft_candidates").fetchall()]
         kept = store.execute("SELECT count(*) FROM sft_samples WHERE kept").fetchone()[0]
@@ -182,8 +224,24 @@ def test_credentials_in_a_base_url_are_refused_naming_the_field_and_the_variable
     from pipeline.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as refused:
-        load_config(None, [{"sft": {"judge": {"kind": "llm", "endpoint": {
-            "backend": "openai", "model": "m", "base_url": url, "api_key_env": "JUDGE_KEY"}}}}])
+        load_config(
+            None,
+            [
+                {
+                    "sft": {
+                        "judge": {
+                            "kind": "llm",
+                            "endpoint": {
+                                "backend": "openai",
+                                "model": "m",
+                                "base_url": url,
+                                "api_key_env": "JUDGE_KEY",
+                            },
+                        }
+                    }
+                }
+            ],
+        )
     message = str(refused.value)
     assert "SECRET" not in message
     assert f"field `sft.judge.endpoint.base_url`: the URL holds credentials ({where})" in message

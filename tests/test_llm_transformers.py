@@ -100,8 +100,16 @@ def test_the_transformers_backend_needs_a_resolved_model(tmp_path):
 
 
 def test_rejected_answers_are_regenerated_then_recorded_as_failed(tiny, tmp_path):
-    config = EndpointConfig(backend="transformers", model=str(tiny), max_tokens=4, device="cpu", batch_size=2,
-                            max_retries=1, backoff_initial_s=0, max_failed_fraction=1.0)
+    config = EndpointConfig(
+        backend="transformers",
+        model=str(tiny),
+        max_tokens=4,
+        device="cpu",
+        batch_size=2,
+        max_retries=1,
+        backoff_initial_s=0,
+        max_failed_fraction=1.0,
+    )
     with Store(tmp_path / "store.duckdb") as store:
         client = open_client(config, store, "judge")
         result = client.complete_sync(requests(), accept=lambda text: "never good enough")
@@ -117,10 +125,14 @@ def test_a_thinking_budget_answers_every_request_in_the_thinking_format(tiny, tm
     the budget is part of the cache key (a different budget is a different answer)."""
     from pipeline.sft.candidates import parse_candidate
 
-    config = EndpointConfig(backend="transformers", model=str(tiny), max_tokens=6, device="cpu", temperature=1.0, seed=0)
+    config = EndpointConfig(
+        backend="transformers", model=str(tiny), max_tokens=6, device="cpu", temperature=1.0, seed=0
+    )
     with Store(tmp_path / "thinking.duckdb") as store:
         client = open_client(config, store, "generator")
-        thought = client.complete_sync([ChatRequest(r.messages, r.sample_index, thinking_budget=budget) for r in requests(2)])
+        thought = client.complete_sync(
+            [ChatRequest(r.messages, r.sample_index, thinking_budget=budget) for r in requests(2)]
+        )
         free = client.complete_sync(requests(2))
     parsed = [parse_candidate(answer.text) for answer in thought]
     assert [p.status for p in parsed] == ["ok"] * len(thought), [a.text for a in thought]
@@ -131,7 +143,9 @@ def test_a_thinking_budget_answers_every_request_in_the_thinking_format(tiny, tm
     # The budget, the forced closing tokens, then at most max_tokens of observation.
     assert all(budget + closing < answer.completion_tokens <= budget + closing + 6 for answer in thought)
     assert {answer.key for answer in thought}.isdisjoint(answer.key for answer in free)
-    assert all(not parse_candidate(answer.text).ok for answer in free)  # the random model, free, never writes the format
+    assert all(
+        not parse_candidate(answer.text).ok for answer in free
+    )  # the random model, free, never writes the format
 
 
 def test_a_literal_end_of_turn_inside_an_action_stays_text_as_in_training(tiny):
@@ -142,9 +156,12 @@ def test_a_literal_end_of_turn_inside_an_action_stays_text_as_in_training(tiny):
     from pipeline.llm.transformers_backend import TransformersBackend
     from pipeline.training.sequences import SequenceBuilder
 
-    messages = ({"role": "system", "content": "You simulate a terminal."},
-                {"role": "user", "content": "echo '<|im_end|>'"}, {"role": "assistant", "content": "<|im_end|>"},
-                {"role": "user", "content": "ls"})
+    messages = (
+        {"role": "system", "content": "You simulate a terminal."},
+        {"role": "user", "content": "echo '<|im_end|>'"},
+        {"role": "assistant", "content": "<|im_end|>"},
+        {"role": "user", "content": "ls"},
+    )
     backend = TransformersBackend(EndpointConfig(backend="transformers", model=str(tiny), device="cpu"))
     ids = backend._prompt_batch([ChatRequest(messages)], "")["input_ids"][0].tolist()
     tokenizer = AutoTokenizer.from_pretrained(tiny)
@@ -179,8 +196,10 @@ def test_rows_with_one_prompt_share_its_prefill(tiny):
                 if len(ended) == len(asked):
                     done.set()
 
-        rows = [Row(prompt, Sampling(max_tokens=8, temperature=1.0, seed=5, ignore_eos=True), choice, listener)
-                for prompt, choice in asked]
+        rows = [
+            Row(prompt, Sampling(max_tokens=8, temperature=1.0, seed=5, ignore_eos=True), choice, listener)
+            for prompt, choice in asked
+        ]
         scheduler.submit(rows)
         assert done.wait(60)
         scheduler.close()
@@ -210,13 +229,19 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     system = encode("You simulate a Linux terminal of a web server. " * 6)
     history = encode("ls -la /var/log\nnginx access.log error.log syslog " * 4)
-    prompts = [system + history + encode("cat error.log"), system + history + encode("tail -n 3 syslog | wc -l"),
-               system + encode("whoami"), encode("a prompt of its own"), system + history]
+    prompts = [
+        system + history + encode("cat error.log"),
+        system + history + encode("tail -n 3 syslog | wc -l"),
+        system + encode("whoami"),
+        encode("a prompt of its own"),
+        system + history,
+    ]
     assert len(system) >= 32 and len(history) >= 32
 
     def decode(asked: list[list[int]], min_shared_prefix):
-        scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=len(asked),
-                              min_shared_prefix=min_shared_prefix)
+        scheduler = Scheduler(
+            model, tokenizer, [tokenizer.eos_token_id], max_batch=len(asked), min_shared_prefix=min_shared_prefix
+        )
         done, ended, first = threading.Event(), [], {}
 
         def listener(step) -> None:
@@ -225,8 +250,15 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
                 if len(ended) == len(asked):
                     done.set()
 
-        rows = [Row(prompt, Sampling(max_tokens=6, temperature=0, ignore_eos=True, logprobs=True, top_logprobs=3),
-                    0, listener) for prompt in asked]
+        rows = [
+            Row(
+                prompt,
+                Sampling(max_tokens=6, temperature=0, ignore_eos=True, logprobs=True, top_logprobs=3),
+                0,
+                listener,
+            )
+            for prompt in asked
+        ]
         scheduler.submit(rows)
         assert done.wait(60)
         scheduler.close()
@@ -237,8 +269,13 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
     shared, shared_first, prefilled = decode(prompts, 32)
     # The system prompt once, then the history once but for its last token (the prompt that ends with the
     # history keeps it as its own), then what each prompt has of its own.
-    own = [len(prompts[0]) - len(system) - len(history) + 1, len(prompts[1]) - len(system) - len(history) + 1,
-           len(prompts[2]) - len(system), len(prompts[3]), 1]
+    own = [
+        len(prompts[0]) - len(system) - len(history) + 1,
+        len(prompts[1]) - len(system) - len(history) + 1,
+        len(prompts[2]) - len(system),
+        len(prompts[3]),
+        1,
+    ]
     assert prefilled == len(system) + len(history) - 1 + sum(own)
     assert prefilled < sum(map(len, prompts))
     for i, prompt in enumerate(prompts):
@@ -248,14 +285,17 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
         assert torch.allclose(first[0], shared_first[i], atol=1e-4)
 
 
-@pytest.mark.parametrize(("prompts", "done", "least", "families"), [
-    ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 3, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(9, 9)]]),
-    ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 4, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(9, 9)]]),
-    ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 1, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(1, 2, 4)]]),
-    ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 2, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(1, 2, 4)]]),
-    ([(1, 2), (1, 2, 3), (2, 9)], 0, 1, [[(1, 2), (1, 2, 3)], [(2, 9)]]),
-    ([(1, 2), (1, 2, 3)], 0, 2, [[(1, 2)], [(1, 2, 3)]]),  # (1, 2) keeps a token of its own: 1 to share
-])
+@pytest.mark.parametrize(
+    ("prompts", "done", "least", "families"),
+    [
+        ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 3, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(9, 9)]]),
+        ([(1, 2, 3, 4), (1, 2, 3, 5), (9, 9)], 0, 4, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(9, 9)]]),
+        ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 1, [[(1, 2, 3, 4), (1, 2, 3, 5)], [(1, 2, 4)]]),
+        ([(1, 2, 4), (1, 2, 3, 5), (1, 2, 3, 4)], 2, 2, [[(1, 2, 3, 4)], [(1, 2, 3, 5)], [(1, 2, 4)]]),
+        ([(1, 2), (1, 2, 3), (2, 9)], 0, 1, [[(1, 2), (1, 2, 3)], [(2, 9)]]),
+        ([(1, 2), (1, 2, 3)], 0, 2, [[(1, 2)], [(1, 2, 3)]]),  # (1, 2) keeps a token of its own: 1 to share
+    ],
+)
 def test_prompt_families_share_at_least_the_minimum_beyond_what_is_shared(prompts, done, least, families):
     from pipeline.llm.batching import common_prefix_length, prefix_families
 
@@ -274,8 +314,17 @@ def test_a_cancelled_request_leaves_the_batch_and_the_connection_closes(tiny):
 
     from pipeline.llm.transformers_backend import TransformersBackend
 
-    backend = TransformersBackend(EndpointConfig(backend="transformers", model=str(tiny), max_tokens=1000, device="cpu",
-                                                 temperature=0, batch_size=4, stop_on_repetition=None))
+    backend = TransformersBackend(
+        EndpointConfig(
+            backend="transformers",
+            model=str(tiny),
+            max_tokens=1000,
+            device="cpu",
+            temperature=0,
+            batch_size=4,
+            stop_on_repetition=None,
+        )
+    )
     model, tokenizer, _ = backend._load()
     head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
     torch.nn.init.zeros_(head.weight)
@@ -312,5 +361,7 @@ def test_int8_weights_answer_every_request_under_keys_of_their_own(tiny, tmp_pat
     int8_config = float_config.model_copy(update={"quantize": "int8"})
     assert sampling_parameters(int8_config) != sampling_parameters(float_config)
     assert "quantize" not in sampling_parameters(float_config)  # float answers keep the keys they had
-    labels = {generator_label(GeneratorConfig(samples=2, endpoint=e), "base", "pools") for e in (float_config, int8_config)}
+    labels = {
+        generator_label(GeneratorConfig(samples=2, endpoint=e), "base", "pools") for e in (float_config, int8_config)
+    }
     assert len(labels) == 2

@@ -32,8 +32,12 @@ from pipeline.training.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-EPISODE = {"task": "Count the lines of notes.txt.", "action_space": "bash commands, one per action",
-           "initial_state": "~/notes.txt holds three lines.", "max_steps": 3}
+EPISODE = {
+    "task": "Count the lines of notes.txt.",
+    "action_space": "bash commands, one per action",
+    "initial_state": "~/notes.txt holds three lines.",
+    "max_steps": 3,
+}
 ACTIONS = ("ls", "cat notes.txt", "wc -l notes.txt")
 SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
@@ -45,8 +49,14 @@ def _free_port() -> int:
 
 
 def _started(command: list[str], ready_url: str):
-    process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=SUBPROCESS_ENV,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *command],
+        cwd=REPO,
+        env=SUBPROCESS_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -68,12 +78,20 @@ def _stop(process) -> None:
 def world_model(tmp_path_factory):
     """The tiny random model, exported and served by `simulacra serve`: its /v1 URL."""
     root = tmp_path_factory.mktemp("openenv")
-    model = build_tiny_model(TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny")
-    folder = write_export(model, root / "export", prompt_format("cpt"),
-                          {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512,
-                           "max_history_chars": 24_000}, "# card\n")
+    model = build_tiny_model(
+        TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny"
+    )
+    folder = write_export(
+        model,
+        root / "export",
+        prompt_format("cpt"),
+        {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512, "max_history_chars": 24_000},
+        "# card\n",
+    )
     port = _free_port()
-    process = _started(["serve", str(folder), "--port", str(port), "--max-tokens", "8"], f"http://127.0.0.1:{port}/health")
+    process = _started(
+        ["serve", str(folder), "--port", str(port), "--max-tokens", "8"], f"http://127.0.0.1:{port}/health"
+    )
     yield f"http://127.0.0.1:{port}/v1"
     _stop(process)
 
@@ -84,9 +102,24 @@ def server(world_model, tmp_path_factory):
     episode = tmp_path_factory.mktemp("episode") / "episode.yaml"
     episode.write_text(yaml.safe_dump(EPISODE))
     port = _free_port()
-    process = _started(["openenv", "--world-model", world_model, "--domain", "terminal", "--episode", str(episode),
-                        "--port", str(port), "--max-tokens", "6", "--max-sessions", "2"],
-                       f"http://127.0.0.1:{port}/health")
+    process = _started(
+        [
+            "openenv",
+            "--world-model",
+            world_model,
+            "--domain",
+            "terminal",
+            "--episode",
+            str(episode),
+            "--port",
+            str(port),
+            "--max-tokens",
+            "6",
+            "--max-sessions",
+            "2",
+        ],
+        f"http://127.0.0.1:{port}/health",
+    )
     yield f"http://127.0.0.1:{port}"
     _stop(process)
 
@@ -95,6 +128,7 @@ def test_a_seed_replays_an_episode_and_steps_are_openenv_results(server):
     from pipeline.serving.openenv_env import WorldModelAction, WorldModelEnvClient
 
     with WorldModelEnvClient(base_url=server).sync() as env:
+
         def episode(seed):
             start = env.reset(seed=seed)
             assert (start.observation.text, start.reward, start.done) == (EPISODE["initial_state"], None, False)
@@ -106,7 +140,10 @@ def test_a_seed_replays_an_episode_and_steps_are_openenv_results(server):
         assert [result.observation.text for result in episode(4)] != texts
         # The episode file's step limit: reward 0.0 each step, done at the third, truncated says why.
         assert [(r.reward, r.done, r.observation.truncated) for r in first] == [
-            (0.0, False, False), (0.0, False, False), (0.0, True, True)]
+            (0.0, False, False),
+            (0.0, False, False),
+            (0.0, True, True),
+        ]
         assert [result.observation.history_sent for result in first] == [0, 1, 2]
         assert first[-1].observation.reason.startswith("the step limit of 3 was reached")
 
@@ -220,8 +257,14 @@ def test_concurrent_sessions_keep_their_own_episodes(server):
 def _command(arguments: list[str], cwd: Path, hide_openenv: bool = False) -> subprocess.CompletedProcess:
     prelude = "import sys; sys.modules['openenv'] = None; " if hide_openenv else ""
     code = prelude + f"from pipeline.cli import app; app({['openenv', *arguments]!r}, prog_name='simulacra')"
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          env={**SUBPROCESS_ENV, "COLUMNS": "300"}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**SUBPROCESS_ENV, "COLUMNS": "300"},
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(
@@ -247,4 +290,6 @@ def test_the_command_refuses_with_one_line(tmp_path, episode, arguments, message
 def test_without_openenv_the_command_names_the_extra(tmp_path):
     completed = _command(["--domain", "terminal"], tmp_path, hide_openenv=True)
     assert completed.returncode == 2, completed.stderr
-    assert completed.stderr.strip() == "openenv: OpenEnv is not installed (no module `openenv`): pip install '.[openenv]'"
+    assert (
+        completed.stderr.strip() == "openenv: OpenEnv is not installed (no module `openenv`): pip install '.[openenv]'"
+    )

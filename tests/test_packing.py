@@ -52,8 +52,15 @@ def tiny_model(attention="sdpa", seed=0):
 
     torch.manual_seed(seed)
     config = Qwen3Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=256, tie_word_embeddings=True,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
     )
     flash = attention == "flash_attention_2"
     config._attn_implementation = "sdpa" if flash else attention
@@ -139,7 +146,12 @@ def test_a_batch_with_a_row_longer_than_the_width_takes_the_wider_width():
 def packed_row(lengths):
     """A row as PackedSequences makes it, of sequences of these lengths (tokens and labels arbitrary)."""
     ids = [7] * sum(lengths)
-    return {"input_ids": ids, "labels": ids, "shift_labels": ids, "position_ids": [p for n in lengths for p in range(n)]}
+    return {
+        "input_ids": ids,
+        "labels": ids,
+        "shift_labels": ids,
+        "position_ids": [p for n in lengths for p in range(n)],
+    }
 
 
 @pytest.mark.parametrize(
@@ -227,9 +239,15 @@ def test_flash_attention_over_several_rows_without_the_offsets_is_refused(flash_
     dataset = PackedSequences(ListSequences(sequences), 64, seed=0)
     batch = PackedCollator(pad_token_id=0, width=64)([dataset[i] for i in range(len(dataset))])
     with torch.no_grad():
-        isolated = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False,
-                               cu_seq_lens_q=batch["cu_seq_lens_q"], cu_seq_lens_k=batch["cu_seq_lens_k"],
-                               max_length_q=batch["max_length_q"], max_length_k=batch["max_length_k"])
+        isolated = model.model(
+            input_ids=batch["input_ids"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+            cu_seq_lens_q=batch["cu_seq_lens_q"],
+            cu_seq_lens_k=batch["cu_seq_lens_k"],
+            max_length_q=batch["max_length_q"],
+            max_length_k=batch["max_length_k"],
+        )
         crossing = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
     assert flash_kernels.whole_rows == 2  # the second call: plain causal attention, in both layers
     assert not torch.allclose(isolated.last_hidden_state, crossing.last_hidden_state, atol=1e-3)
@@ -297,8 +315,15 @@ def test_a_step_of_two_micro_batches_averages_over_all_its_labelled_tokens(tmp_p
     install_token_loss(model, "chunked")
     probe = GradientProbe()
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=2, max_steps=1,
-        max_grad_norm=0, use_cpu=True, report_to="none", save_strategy="no", remove_unused_columns=False,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        max_grad_norm=0,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        remove_unused_columns=False,
         disable_tqdm=True,
     )
     rows = PackedSequences(ListSequences(sequences), max_length=64, seed=0)

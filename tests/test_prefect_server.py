@@ -63,7 +63,7 @@ def api(url: str, body: dict | None = None, attempts: int = 5) -> dict:
         except urllib.error.HTTPError as error:
             if error.code not in (429, 502, 503) or attempt == attempts - 1:
                 raise
-            time.sleep(2 ** attempt)
+            time.sleep(2**attempt)
 
 
 def alive(pid: int) -> bool:
@@ -107,7 +107,12 @@ class Served:
 
     def prefect(self, *arguments: str) -> str:
         done = subprocess.run(
-            [prefect_executable(), *arguments], cwd=self.project, env=self.env, capture_output=True, text=True, timeout=120
+            [prefect_executable(), *arguments],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, f"prefect {' '.join(arguments)}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
@@ -154,7 +159,9 @@ def served(tmp_path_factory):
     }
     simulacra = [sys.executable, "-P", "-m", "pipeline.cli", "--config", "simulacra.yaml", "server"]
     prefect_env = env | {"PREFECT_API_URL": api_url, "PREFECT_HOME": str(prefect_home), "DO_NOT_TRACK": "1"}
-    started = subprocess.run([*simulacra, "start", "--port", str(port)], cwd=project, env=env, capture_output=True, text=True, timeout=240)
+    started = subprocess.run(
+        [*simulacra, "start", "--port", str(port)], cwd=project, env=env, capture_output=True, text=True, timeout=240
+    )
     pids = [int(p.read_text()) for p in prefect_home.glob("simulacra-*.pid")]
     gpu_worker = None
     try:
@@ -162,14 +169,21 @@ def served(tmp_path_factory):
         assert len(pids) == 2
         with (prefect_home / "gpu-worker.log").open("ab") as log:
             gpu_worker = subprocess.Popen(
-                [prefect_executable(), "worker", "start", "--pool", GPU_POOL], cwd=project, env=prefect_env,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [prefect_executable(), "worker", "start", "--pool", GPU_POOL],
+                cwd=project,
+                env=prefect_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         yield Served(project, api_url, prefect_env)
     finally:
         if gpu_worker is not None:
             stop_worker(gpu_worker)
-        stopped = subprocess.run([*simulacra, "stop"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            [*simulacra, "stop"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
     assert stopped.returncode == 0, stopped.stderr
     assert not [pid for pid in pids if alive(pid)]
 
@@ -180,8 +194,10 @@ def served(tmp_path_factory):
 def test_a_run_triggered_with_the_deployments_defaults_writes_only_in_the_project_folder(served):
     pools = {pool["name"]: pool for pool in served.get("work_pools/filter", {})}
     assert {name: pool["type"] for name, pool in pools.items()} == {
-        "simulacra-process": "process", GPU_POOL: "process",
-        "simulacra-docker-gpu": "docker", "simulacra-kubernetes-gpu": "kubernetes",
+        "simulacra-process": "process",
+        GPU_POOL: "process",
+        "simulacra-docker-gpu": "docker",
+        "simulacra-kubernetes-gpu": "kubernetes",
     }
     assert "gpu_count" in pools["simulacra-kubernetes-gpu"]["base_job_template"]["variables"]["properties"]
     assert served.get("v2/concurrency_limits/gpu")["limit"] == 1
@@ -200,7 +216,10 @@ def test_a_run_triggered_with_the_deployments_defaults_writes_only_in_the_projec
         {"prefect.deployments.steps.set_working_directory": {"directory": str(served.project)}}
     ]
     workspace = served.project / "ws"
-    assert pipeline["parameters"] == {"config_path": str(served.project / "simulacra.yaml"), "workspace": str(workspace)}
+    assert pipeline["parameters"] == {
+        "config_path": str(served.project / "simulacra.yaml"),
+        "workspace": str(workspace),
+    }
 
     # The checkout the code runs from may hold a workspace of its own (after `make demo`): the run must
     # leave it as it was.
@@ -224,7 +243,9 @@ def checkout_workspaces() -> dict[str, tuple[int, int]]:
 
 def flow_runs_of(served: Served, deployment: str) -> list[dict]:
     found = served.get(f"deployments/name/{deployment}")
-    return served.get("flow_runs/filter", {"sort": "START_TIME_ASC", "flow_runs": {"deployment_id": {"any_": [found["id"]]}}})
+    return served.get(
+        "flow_runs/filter", {"sort": "START_TIME_ASC", "flow_runs": {"deployment_id": {"any_": [found["id"]]}}}
+    )
 
 
 @needs_prefect
@@ -232,13 +253,31 @@ def flow_runs_of(served: Served, deployment: str) -> list[dict]:
 @pytest.mark.timeout(600)
 def test_a_gpu_stage_trains_on_the_gpu_pool_and_a_retry_resumes_from_its_checkpoint(served):
     config = served.project / "gpu.yaml"
-    config.write_text(yaml.safe_dump({
-        "workspace": {"path": "ws-gpu"},
-        "ingest": {"batch_trajectories": 40, "sources": [{"name": "terminal", "path": str(DEMO / "terminal.jsonl")}]},
-        "cpt": {"max_steps": 4, "save_steps": 2, "tokens_per_step": 1024, "micro_batch_rows": 4, "max_length": 256, "eval_max_sequences": 8},
-        # Fails once, in the GPU run, after the checkpoint of step 2.
-        "orchestration": {"gpu_deployment": "gpu-stage/process-gpu", "fail_stage": "cpt", "stages": [*DATA_STAGES, "cpt"]},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "workspace": {"path": "ws-gpu"},
+                "ingest": {
+                    "batch_trajectories": 40,
+                    "sources": [{"name": "terminal", "path": str(DEMO / "terminal.jsonl")}],
+                },
+                "cpt": {
+                    "max_steps": 4,
+                    "save_steps": 2,
+                    "tokens_per_step": 1024,
+                    "micro_batch_rows": 4,
+                    "max_length": 256,
+                    "eval_max_sequences": 8,
+                },
+                # Fails once, in the GPU run, after the checkpoint of step 2.
+                "orchestration": {
+                    "gpu_deployment": "gpu-stage/process-gpu",
+                    "fail_stage": "cpt",
+                    "stages": [*DATA_STAGES, "cpt"],
+                },
+            }
+        )
+    )
     workspace = served.project / "ws-gpu"
     parameters = {"config_path": str(config), "workspace": str(workspace)}
     run = served.trigger("world-model-pipeline/world-model-pipeline", parameters)
@@ -247,13 +286,18 @@ def test_a_gpu_stage_trains_on_the_gpu_pool_and_a_retry_resumes_from_its_checkpo
 
     assert re.search(r"scheduled for\s+retry", served.prefect("flow-run", "retry", run))
     assert served.final_state(run, timeout_s=400) == "COMPLETED"
-    assert executions(workspace) == {stage: ["completed", "skipped"] for stage in DATA_STAGES} | {"cpt": ["failed", "completed"]}
+    assert executions(workspace) == {stage: ["completed", "skipped"] for stage in DATA_STAGES} | {
+        "cpt": ["failed", "completed"]
+    }
 
     # Ingestion and the other data stages ran in the pipeline's run, on the process pool; each CPT
     # attempt ran as its own flow run on the GPU pool, the second from the first one's checkpoint.
     assert served.get(f"flow_runs/{run}")["work_pool_name"] == "simulacra-process"
     gpu_runs = flow_runs_of(served, "gpu-stage/process-gpu")
-    assert [(r["work_pool_name"], r["state"]["type"]) for r in gpu_runs] == [(GPU_POOL, "FAILED"), (GPU_POOL, "COMPLETED")]
+    assert [(r["work_pool_name"], r["state"]["type"]) for r in gpu_runs] == [
+        (GPU_POOL, "FAILED"),
+        (GPU_POOL, "COMPLETED"),
+    ]
     parents = {served.get(f"task_runs/{r['parent_task_run_id']}")["flow_run_id"] for r in gpu_runs}
     assert parents == {run}
     with Store(workspace / "simulacra.duckdb", read_only=True) as store:
@@ -291,7 +335,9 @@ TEMPLATE_DEFAULTS = [
 ]
 
 
-@pytest.mark.parametrize("template,path,expected", TEMPLATE_DEFAULTS, ids=[f"{t.parent.name}:{p[-1]}" for t, p, _ in TEMPLATE_DEFAULTS])
+@pytest.mark.parametrize(
+    "template,path,expected", TEMPLATE_DEFAULTS, ids=[f"{t.parent.name}:{p[-1]}" for t, p, _ in TEMPLATE_DEFAULTS]
+)
 def test_gpu_job_templates_render_the_image_gpus_and_workspace_volume(template, path, expected):
     value = rendered(template)
     for step in path:

@@ -33,23 +33,36 @@ def lines_of(total, steps, seconds_a_step, status=None):
         # 46 items of 2 s: nothing more until another 5% is done (item 3 of 46: 6.5%).
         (46, 2, 2.0, ["evaluate base: started, 46 to do"]),
         (46, 3, 2.0, ["evaluate base: started, 46 to do", "evaluate base: 3/46 (7%), 0.5/s, elapsed 0:06, eta 1:26"]),
-        (4, 4, 30.0, ["evaluate base: started, 4 to do",
-                      "evaluate base: 1/4 (25%), 0.0333/s, elapsed 0:30, eta 1:30",
-                      "evaluate base: 2/4 (50%), 0.0333/s, elapsed 1:00, eta 1:00",
-                      "evaluate base: 3/4 (75%), 0.0333/s, elapsed 1:30, eta 0:30",
-                      "evaluate base: 4/4 (100%), 0.0333/s, elapsed 2:00"]),
+        (
+            4,
+            4,
+            30.0,
+            [
+                "evaluate base: started, 4 to do",
+                "evaluate base: 1/4 (25%), 0.0333/s, elapsed 0:30, eta 1:30",
+                "evaluate base: 2/4 (50%), 0.0333/s, elapsed 1:00, eta 1:00",
+                "evaluate base: 3/4 (75%), 0.0333/s, elapsed 1:30, eta 0:30",
+                "evaluate base: 4/4 (100%), 0.0333/s, elapsed 2:00",
+            ],
+        ),
         # A bar of half a second: its start line only.
         (100, 100, 0.005, ["evaluate base: started, 100 to do"]),
         # Each item 5%, four a second: a line a second, not one an item; the end is printed.
-        (20, 20, 0.25, ["evaluate base: started, 20 to do",
-                        "evaluate base: 4/20 (20%), 4/s, elapsed 0:01, eta 0:04",
-                        "evaluate base: 8/20 (40%), 4/s, elapsed 0:02, eta 0:03",
-                        "evaluate base: 12/20 (60%), 4/s, elapsed 0:03, eta 0:02",
-                        "evaluate base: 16/20 (80%), 4/s, elapsed 0:04, eta 0:01",
-                        "evaluate base: 20/20 (100%), 4/s, elapsed 0:05"]),
+        (
+            20,
+            20,
+            0.25,
+            [
+                "evaluate base: started, 20 to do",
+                "evaluate base: 4/20 (20%), 4/s, elapsed 0:01, eta 0:04",
+                "evaluate base: 8/20 (40%), 4/s, elapsed 0:02, eta 0:03",
+                "evaluate base: 12/20 (60%), 4/s, elapsed 0:03, eta 0:02",
+                "evaluate base: 16/20 (80%), 4/s, elapsed 0:04, eta 0:01",
+                "evaluate base: 20/20 (100%), 4/s, elapsed 0:05",
+            ],
+        ),
         # No total: the count every 30 s, no start line (ingest opens a bar per file).
-        (None, 7, 10.0, ["evaluate base: 3 done, 0.1/s, elapsed 0:30",
-                         "evaluate base: 6 done, 0.1/s, elapsed 1:00"]),
+        (None, 7, 10.0, ["evaluate base: 3 done, 0.1/s, elapsed 0:30", "evaluate base: 6 done, 0.1/s, elapsed 1:00"]),
     ],
 )
 def test_lines(total, steps, seconds, expected):

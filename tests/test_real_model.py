@@ -33,10 +33,17 @@ def converted(workspace):
     return config, ensure_base_model(config)
 
 
-@pytest.mark.parametrize("ref, expected", [
-    ("smollm2-135m-instruct", True), ("SmolLM2-135M-Instruct", True), ("/models/x.Q4_K_M.gguf", True),
-    ("Qwen/Qwen3-0.6B", False), ("/models/qwen3", False), (None, False),
-])
+@pytest.mark.parametrize(
+    "ref, expected",
+    [
+        ("smollm2-135m-instruct", True),
+        ("SmolLM2-135M-Instruct", True),
+        ("/models/x.Q4_K_M.gguf", True),
+        ("Qwen/Qwen3-0.6B", False),
+        ("/models/qwen3", False),
+        (None, False),
+    ],
+)
 def test_which_bases_are_gguf(ref, expected):
     assert is_gguf_ref(ref) is expected
 
@@ -62,7 +69,9 @@ def test_the_packaged_gguf_converts_once_into_a_folder_named_by_its_bytes(conver
 
 
 def test_a_missing_gguf_file_is_one_line_naming_the_field(tmp_path):
-    config = load_config(None, [{"workspace": {"path": str(tmp_path)}, "model": {"base": str(tmp_path / "absent.gguf")}}])
+    config = load_config(
+        None, [{"workspace": {"path": str(tmp_path)}, "model": {"base": str(tmp_path / "absent.gguf")}}]
+    )
     with pytest.raises(UserFixableError, match=r"model\.base: GGUF file .*absent\.gguf not found"):
         ensure_base_model(config)
 
@@ -73,22 +82,36 @@ def test_greedy_generation_of_the_converted_model_is_language(converted):
     _, folder = converted
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                           tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     batch = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     output = model.generate(**batch, max_new_tokens=12, do_sample=False)
-    assert "Paris" in tokenizer.decode(output[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in tokenizer.decode(output[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def test_cpt_on_the_real_model_lowers_held_out_observation_ce(converted, tmp_path):
     """The learning claim on a real model: a few steps on a small deterministic shell world."""
     _, folder = converted
-    config = load_config(None, [{
-        "workspace": {"path": str(tmp_path / "cpt")},
-        "model": {"base": str(folder)},
-        "cpt": {"max_steps": 4, "save_steps": 4, "tokens_per_step": 512, "micro_batch_rows": 2, "max_length": 256,
-                "learning_rate": 1e-4, "warmup_fraction": 0.0, "eval_max_sequences": 8},
-    }])
+    config = load_config(
+        None,
+        [
+            {
+                "workspace": {"path": str(tmp_path / "cpt")},
+                "model": {"base": str(folder)},
+                "cpt": {
+                    "max_steps": 4,
+                    "save_steps": 4,
+                    "tokens_per_step": 512,
+                    "micro_batch_rows": 2,
+                    "max_length": 256,
+                    "learning_rate": 1e-4,
+                    "warmup_fraction": 0.0,
+                    "eval_max_sequences": 8,
+                },
+            }
+        ],
+    )
     with Store(config.workspace.root / "simulacra.duckdb") as store:
         fill_store(store, n_trajectories=24)
         result = cpt.run(config, store)

@@ -53,8 +53,15 @@ def test_a_looping_row_ends_early_and_keeps_what_it_wrote(tiny_model_dir, tmp_pa
     prompts = ["ls", "cat notes.txt and grep error", "true"]
     results = {}
     for stop in (None, 16):
-        config = EndpointConfig(backend="transformers", model=str(tiny_model_dir), max_tokens=160, device="cpu",
-                                temperature=0.0, batch_size=3, stop_on_repetition=stop)
+        config = EndpointConfig(
+            backend="transformers",
+            model=str(tiny_model_dir),
+            max_tokens=160,
+            device="cpu",
+            temperature=0.0,
+            batch_size=3,
+            stop_on_repetition=stop,
+        )
         with Store(tmp_path / f"{stop}.duckdb") as store:
             client = open_client(config, store, "generator")
             results[stop] = client.complete_sync([ChatRequest(({"role": "user", "content": p},)) for p in prompts])

@@ -35,11 +35,18 @@ def advantages(tmp_path, aggregation: str | None = None) -> dict[int, list[float
     """Per prompt, its group's advantages; `aggregation` None keeps the stage's default."""
     from trl import GRPOTrainer
 
-    config = SimulacraConfig.model_validate({"rl": {
-        "num_generations": GROUP, "per_device_batch_size": GROUP * len(SCRIPT), "gradient_accumulation_steps": 1,
-        "steps_per_generation": 1, "max_completion_length": 8,
-        "reward": {"aggregation": aggregation} if aggregation else {},
-    }})
+    config = SimulacraConfig.model_validate(
+        {
+            "rl": {
+                "num_generations": GROUP,
+                "per_device_batch_size": GROUP * len(SCRIPT),
+                "gradient_accumulation_steps": 1,
+                "steps_per_generation": 1,
+                "max_completion_length": 8,
+                "reward": {"aggregation": aggregation} if aggregation else {},
+            }
+        }
+    )
     tiny = TinyModelConfig(vocab_size=300)
     tokenizer = train_tokenizer(tiny, ["ls wc cat the file is empty and has 42 lines"] * 50)
     model = random_model(tiny, tokenizer)
@@ -47,11 +54,16 @@ def advantages(tmp_path, aggregation: str | None = None) -> dict[int, list[float
     rows = [{"prompt": [{"role": "user", "content": f"ls {index}"}], "prompt_index": index} for index in SCRIPT]
     from datasets import Dataset
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[scripted(0), scripted(1)], args=args,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[scripted(0), scripted(1)],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
     batch = [row for row in rows for _ in range(GROUP)]
     values = trainer._generate_and_score_completions(batch)["advantages"].tolist()
-    return {index: values[GROUP * n:GROUP * (n + 1)] for n, index in enumerate(SCRIPT)}
+    return {index: values[GROUP * n : GROUP * (n + 1)] for n, index in enumerate(SCRIPT)}
 
 
 def test_the_rule_keeps_its_tenth_when_the_main_reward_ties(tmp_path):

@@ -9,16 +9,23 @@ def outcome(history, changed=None, measured=0):
     return GSPOOutcome(len(history), 1, None, history, True, changed, measured)
 
 
-@pytest.mark.parametrize("history, changed, expected", [
-    # Every step's gradient 0 and every group tied: the demo RL.
-    ([{"grad_norm": 0.0, "frac_reward_zero_std": 1.0}] * 3, None, "every one of 3 GSPO steps had gradient norm 0: every group"),
-    # Weights measured against the start and none moved, whatever was logged.
-    ([{"grad_norm": 0.5}] * 2, 0, "no weight changed in 2 GSPO steps (of 10 parameters)"),
-    # One step moved: learning happened.
-    ([{"grad_norm": 0.0}, {"grad_norm": 0.2}], None, None),
-    ([{"grad_norm": 0.0}] * 2, 3, "every one of 2 GSPO steps had gradient norm 0"),
-    ([{"grad_norm": 0.3}] * 2, 10, None),
-])
+@pytest.mark.parametrize(
+    "history, changed, expected",
+    [
+        # Every step's gradient 0 and every group tied: the demo RL.
+        (
+            [{"grad_norm": 0.0, "frac_reward_zero_std": 1.0}] * 3,
+            None,
+            "every one of 3 GSPO steps had gradient norm 0: every group",
+        ),
+        # Weights measured against the start and none moved, whatever was logged.
+        ([{"grad_norm": 0.5}] * 2, 0, "no weight changed in 2 GSPO steps (of 10 parameters)"),
+        # One step moved: learning happened.
+        ([{"grad_norm": 0.0}, {"grad_norm": 0.2}], None, None),
+        ([{"grad_norm": 0.0}] * 2, 3, "every one of 2 GSPO steps had gradient norm 0"),
+        ([{"grad_norm": 0.3}] * 2, 10, None),
+    ],
+)
 def test_learned_nothing_reasons(history, changed, expected):
     reason = learned_nothing_reason(outcome(history, changed, 10))
     if expected is None:

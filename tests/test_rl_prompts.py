@@ -109,8 +109,11 @@ def test_verified_turns_stand_in_for_their_trajectory_targets_when_too_few_targe
         return Query(trajectory, turn, "terminal", SystemPrompt(task_description="t"), (), "ls", "x", 0)
 
     ranked = [query(f"q{i}", 0) for i in range(6)]
-    code = {("q4", 3): "def verify(p): return True", ("q1", 2): "def verify(p): return True",
-            ("zz", 1): "def verify(p): return True"}
+    code = {
+        ("q4", 3): "def verify(p): return True",
+        ("q1", 2): "def verify(p): return True",
+        ("zz", 1): "def verify(p): return True",
+    }
     alternates = [query("q4", 3), query("zz", 1), query("q1", 2)]  # zz is not a ranked trajectory
     chosen = choose_with_verifiers(ranked, code, 3, 0.5, alternates)
     assert [(q.trajectory_id, q.turn_index) for q in chosen] == [("q0", 0), ("q1", 2), ("q4", 3)]

@@ -60,25 +60,38 @@ def trl_loop():
 def call(function, tokenizer, texts, indices, loop=None):
     """One reward call as GRPOTrainer makes it (on TRL's loop when given)."""
     metrics = {}
-    coroutine = function(prompts=[None] * len(texts), completions=[None] * len(texts),
-                         completion_ids=ids(tokenizer, texts), prompt_index=indices,
-                         log_metric=lambda name, value: metrics.setdefault(name, value))
+    coroutine = function(
+        prompts=[None] * len(texts),
+        completions=[None] * len(texts),
+        completion_ids=ids(tokenizer, texts),
+        prompt_index=indices,
+        log_metric=lambda name, value: metrics.setdefault(name, value),
+    )
     rewards = asyncio.run_coroutine_threadsafe(coroutine, loop).result() if loop else asyncio.run(coroutine)
     return rewards, metrics
 
 
 def verdict(format=5, factuality=5, consistency=5, realism=5, quality=5):
-    return json.dumps({"content_classes": ["deterministic"], "format": format, "factuality": factuality,
-                       "consistency": consistency, "realism": realism, "quality": quality, "rationale": "r"})
+    return json.dumps(
+        {
+            "content_classes": ["deterministic"],
+            "format": format,
+            "factuality": factuality,
+            "consistency": consistency,
+            "realism": realism,
+            "quality": quality,
+            "rationale": "r",
+        }
+    )
 
 
 # prediction (after </think>) -> the judge's scripted answer, and the reward it must give
 JUDGE_CASES = [
-    ("42", verdict(), 25.0),                                  # every criterion 5: mean 5 x 5
-    ("41", verdict(1, 1, 1, 1, 1), 5.0),                      # the floor of a valid answer
-    ("43", verdict(3, 4, 5, 2, 1), 15.0),                     # mean 3
-    ("44", "the prediction looks fine to me", 0.0),           # not JSON
-    ("45", verdict(format=6), 0.0),                           # out of range
+    ("42", verdict(), 25.0),  # every criterion 5: mean 5 x 5
+    ("41", verdict(1, 1, 1, 1, 1), 5.0),  # the floor of a valid answer
+    ("43", verdict(3, 4, 5, 2, 1), 15.0),  # mean 3
+    ("44", "the prediction looks fine to me", 0.0),  # not JSON
+    ("45", verdict(format=6), 0.0),  # out of range
     ("46", json.dumps({"format": 5, "rationale": "r"}), 0.0),  # criteria missing
 ]
 
@@ -95,8 +108,9 @@ def test_rubric_reward_through_the_test_server_judge(tokenizer, store, trl_loop)
     texts.append("42 with no thinking block")  # missing tags: 0, the judge never sees it
     indices = [0] * len(JUDGE_CASES) + [1]
     with OpenAIServer(answer=answer) as server:
-        endpoint = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model, max_retries=0,
-                                  temperature=0.0)
+        endpoint = EndpointConfig(
+            backend="openai", base_url=server.base_url, model=server.model, max_retries=0, temperature=0.0
+        )
         judge = RubricJudge(open_client(endpoint, store, "rl.judge"), history_turns=2)
         config = RewardConfig(judge=JudgeConfig(kind="llm", endpoint=endpoint))
         main, _ = Rewards(prompts, tokenizer, config, judge).functions()
@@ -123,7 +137,9 @@ def test_the_judge_is_told_the_control_instruction(tokenizer, store):
         endpoint = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model, temperature=0.0)
         judge = RubricJudge(open_client(endpoint, store, "rl.judge"), history_turns=2)
         asyncio.run(judge.score([(prompt(0), "x"), (prompt(1, control="partial_batch_failure"), "y")]))
-        plain, controlled = sorted((entry.body for entry in server.log), key=lambda body: body["messages"][-1]["content"][-1])
+        plain, controlled = sorted(
+            (entry.body for entry in server.log), key=lambda body: body["messages"][-1]["content"][-1]
+        )
     assert CONTROLS["partial_batch_failure"] in controlled["messages"][-1]["content"]
     assert "## Control instruction" in controlled["messages"][0]["content"]
     assert "Control instruction" not in json.dumps(plain)
@@ -145,9 +161,9 @@ def test_a_failed_judge_request_gives_zero_and_counts_as_a_failure(tokenizer, st
 RULE_CASES = [
     (PASSES_IF_42, "<think>\ncount\n</think>\n\n42", 25.0),
     (PASSES_IF_42, "<think>\ncount\n</think>\n\n41", 0.0),
-    (PASSES_IF_42, "42", 0.0),                                   # missing tags: nothing to verify
+    (PASSES_IF_42, "42", 0.0),  # missing tags: nothing to verify
     ("def verify(prediction):\n    while True: pass\n", "<think>\nx\n</think>\n\n42", 0.0),  # CPU limit
-    (None, "<think>\ncount\n</think>\n\n42", None),              # no verifier: the rule does not apply
+    (None, "<think>\ncount\n</think>\n\n42", None),  # no verifier: the rule does not apply
 ]
 # A prompt with a control instruction asks for a faulty observation its verifier would reject.
 CONTROLLED = (PASSES_IF_42, "<think>\nan error\n</think>\n\n503 Service Unavailable", None)
@@ -193,10 +209,19 @@ def test_semantic_reward_function_scores_parsed_predictions_against_the_referenc
 
 def test_a_control_prompt_is_rewarded_for_obeying_not_for_copying_the_fault_free_reference(tokenizer):
     """Issue 17 item 4: on the semantic judge a copy of the reference scored 25 and the requested fault 0."""
-    prompts = [prompt(0, control="intermittent_api_error"), prompt(1, reference='{"rows": 42}', control="intermittent_api_error"),
-               prompt(2)]
-    texts = ["42", "bash: connect: Connection timed out; try again", '{"error": "503 Service Unavailable"}',
-             '{"rows": 42}', "503 Service Unavailable: retry later", "42"]
+    prompts = [
+        prompt(0, control="intermittent_api_error"),
+        prompt(1, reference='{"rows": 42}', control="intermittent_api_error"),
+        prompt(2),
+    ]
+    texts = [
+        "42",
+        "bash: connect: Connection timed out; try again",
+        '{"error": "503 Service Unavailable"}',
+        '{"rows": 42}',
+        "503 Service Unavailable: retry later",
+        "42",
+    ]
     main, _ = Rewards(prompts, tokenizer, RewardConfig()).functions()
     rewards, metrics = call(main, tokenizer, [f"<think>\nx\n</think>\n\n{t}" for t in texts], [0, 0, 0, 1, 1, 2])
     # the copy, the fault in the terminal's form, a JSON error where it prints text; the JSON copy,

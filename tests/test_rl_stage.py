@@ -50,20 +50,30 @@ def rl_store(store: Store) -> None:
     every third with a verifier), 12-15 the val pool (target: turn 0), the rest cpt."""
     fill_store(store, n_trajectories=24)
     with store.transaction() as tx:
-        tx.execute("UPDATE splits SET pool = CASE WHEN trajectory_id < 'traj-012' THEN 'rl' "
-                   "WHEN trajectory_id < 'traj-016' THEN 'val' ELSE 'cpt' END")
-        tx.execute("INSERT INTO targets SELECT trajectory_id, max(turn_index), 'rl', 'one', 0, 'test' FROM turns "
-                   "WHERE trajectory_id < 'traj-012' GROUP BY trajectory_id")
-        tx.execute("INSERT INTO targets SELECT trajectory_id, 0, 'val', 'first', 0, 'test' FROM splits WHERE pool = 'val'")
-        tx.execute("UPDATE turns SET metadata = ?::JSON FROM targets t WHERE t.pool = 'rl' AND turns.trajectory_id = "
-                   "t.trajectory_id AND turns.turn_index = t.turn_index AND right(t.trajectory_id, 1) IN ('0', '3', '6', '9')",
-                   [json.dumps({"verifier": VERIFIER})])
+        tx.execute(
+            "UPDATE splits SET pool = CASE WHEN trajectory_id < 'traj-012' THEN 'rl' "
+            "WHEN trajectory_id < 'traj-016' THEN 'val' ELSE 'cpt' END"
+        )
+        tx.execute(
+            "INSERT INTO targets SELECT trajectory_id, max(turn_index), 'rl', 'one', 0, 'test' FROM turns "
+            "WHERE trajectory_id < 'traj-012' GROUP BY trajectory_id"
+        )
+        tx.execute(
+            "INSERT INTO targets SELECT trajectory_id, 0, 'val', 'first', 0, 'test' FROM splits WHERE pool = 'val'"
+        )
+        tx.execute(
+            "UPDATE turns SET metadata = ?::JSON FROM targets t WHERE t.pool = 'rl' AND turns.trajectory_id = "
+            "t.trajectory_id AND turns.turn_index = t.turn_index AND right(t.trajectory_id, 1) IN ('0', '3', '6', '9')",
+            [json.dumps({"verifier": VERIFIER})],
+        )
 
 
 @pytest.fixture
 def workspace(tmp_path):
     config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace")}, "rl": RL_FIELDS, **SECTIONS}))
+    config_file.write_text(
+        yaml.safe_dump({"workspace": {"path": str(tmp_path / "workspace")}, "rl": RL_FIELDS, **SECTIONS})
+    )
     config = load_config(config_file)
     with Store(config.workspace.database_path) as store:
         rl_store(store)
@@ -78,15 +88,20 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
     config.workspace.keep_resume_checkpoints = True  # until the last part: it resumes from the last checkpoint
     child = subprocess.Popen(
         [sys.executable, "-m", "stages.rl", "--config", str(config_file)],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     runs = config.workspace.runs_dir / "rl"
     try:
         deadline = time.monotonic() + 300
         while child.poll() is None and time.monotonic() < deadline and not list(runs.glob("*/trainer/checkpoint-*")):
             time.sleep(0.1)
-        assert list(runs.glob("*/trainer/checkpoint-*")), f"no checkpoint before the child ended: {child.stderr.read()[-3000:]}"
+        assert list(runs.glob("*/trainer/checkpoint-*")), (
+            f"no checkpoint before the child ended: {child.stderr.read()[-3000:]}"
+        )
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
@@ -140,7 +155,10 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
     with Store(config.workspace.database_path) as store:
         finished = rl.run(config, store).metrics
     assert (finished["resumed_from_step"], finished["first_step_this_run"], finished["global_step"]) == (
-        RL_FIELDS["max_steps"], None, RL_FIELDS["max_steps"])
+        RL_FIELDS["max_steps"],
+        None,
+        RL_FIELDS["max_steps"],
+    )
 
     # Complete, and the workspace does not keep resume checkpoints: the next run releases them, model kept.
     config.workspace.keep_resume_checkpoints = False
@@ -161,7 +179,9 @@ def test_prompts_over_max_prompt_tokens_are_left_out_before_the_choice_and_count
         everything = read_prompts(rl.prepare(config, store).prompts_path)
         lengths = sorted(prompt_tokens(tokenizer, prompt.messages) for prompt in everything)
         limit = lengths[len(lengths) // 2]
-        capped = config.model_copy(update={"rl": config.rl.model_copy(update={"max_prompt_tokens": limit, "max_prompts": 3})})
+        capped = config.model_copy(
+            update={"rl": config.rl.model_copy(update={"max_prompt_tokens": limit, "max_prompts": 3})}
+        )
         plan = rl.prepare(capped, store)
     kept = read_prompts(plan.prompts_path)
     assert len(kept) == 3 and [p.prompt_index for p in kept] == [0, 1, 2]
@@ -178,10 +198,14 @@ def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_b
     from pipeline.prompts.answer_format import model_format
 
     _, config = workspace
-    config = config.model_copy(update={
-        "answers": config.answers.model_copy(update={"thinking": False}),
-        "rl": config.rl.model_copy(update={"control_fraction": 0.0, "fail_when_nothing_learned": True, "max_steps": 2}),
-    })
+    config = config.model_copy(
+        update={
+            "answers": config.answers.model_copy(update={"thinking": False}),
+            "rl": config.rl.model_copy(
+                update={"control_fraction": 0.0, "fail_when_nothing_learned": True, "max_steps": 2}
+            ),
+        }
+    )
     with Store(config.workspace.database_path) as store:
         result = rl.run(config, store)
         [row] = store.rows("SELECT path FROM checkpoints WHERE stage = 'rl'")
@@ -191,7 +215,9 @@ def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_b
     assert metrics["prompts_with_rule_reward"] > 0 and metrics["reward_share.rule"] > 0
     assert metrics["reward_share.semantic"] + metrics["reward_share.rule"] == pytest.approx(1.0)
     assert metrics["prompt_reward_prompts"] == RL_FIELDS["max_prompts"]
-    assert metrics["prompt_reward_change_low"] <= metrics["prompt_reward_change"] <= metrics["prompt_reward_change_high"]
+    assert (
+        metrics["prompt_reward_change_low"] <= metrics["prompt_reward_change"] <= metrics["prompt_reward_change_high"]
+    )
     assert metrics["val_format_after"] == "rl-direct" and "rl-direct format: 2 GSPO steps" in result.summary
     assert "reward on its 8 prompts (greedy)" in result.summary
     from pipeline.rl.prompts import read_prompts

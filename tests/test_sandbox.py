@@ -267,10 +267,13 @@ def test_refused_namespaces_mean_reward_zero_with_the_kernels_reason():
         "r = rule_reward('def verify(p):\\n    return True\\n', 'x', SandboxConfig()); "
         "print(json.dumps([r.reward, r.status, r.reason]))"
     )
-    shell = f"echo 0 > /proc/sys/user/max_net_namespaces && exec {sys.executable} -c \"{script}\""
+    shell = f'echo 0 > /proc/sys/user/max_net_namespaces && exec {sys.executable} -c "{script}"'
     completed = subprocess.run(
         ["unshare", "--user", "--map-root-user", "sh", "-c", shell],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
     )
     if "unshare failed" in completed.stderr:
         pytest.skip(f"cannot create the user namespace for this test: {completed.stderr.strip()}")

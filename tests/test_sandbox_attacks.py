@@ -18,7 +18,9 @@ from pipeline.config.sandbox import SandboxConfig
 from pipeline.rewards.rule import rule_reward
 from pipeline.rewards.sandbox import UID_RANGE
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are run as root (an unprivileged run is one case)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the attacks are run as root (an unprivileged run is one case)"
+)
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 # 128 MiB a process, 2 processes: any route that holds 256 MiB got past the sandbox's bound.
@@ -196,7 +198,9 @@ print(outcome.status)
 
 def test_identically_seeded_processes_get_distinct_uids():
     ranks = [
-        subprocess.Popen([sys.executable, "-c", RANK], env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RANK], env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True
+        )
         for _ in range(2)
     ]
     seen: set[int] = set()
@@ -307,7 +311,13 @@ def test_an_unprivileged_user_gets_rule_rewards():
     completed = subprocess.run(
         [str(system), "-c", UNPRIVILEGED],
         env={"PYTHONPATH": f"{REPO}:{packages}", "PATH": "/usr/bin:/bin"},
-        user=65534, group=65534, extra_groups=[], cwd="/", capture_output=True, text=True, check=False,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     (passed, passed_reason), (failed, failed_reason) = json.loads(completed.stdout)

@@ -45,7 +45,9 @@ def synthetic_turns(rng: random.Random, n_turns: int, start: int = 0) -> list[Sc
     turns = []
     for i in range(n_turns):
         category = CATEGORIES[(start + i) % len(CATEGORIES)]
-        observation = sentence(rng, rng.choice([1, 3, 20, 60])) + (f"\n{rng.randint(0, 999)}" if rng.random() < 0.5 else "")
+        observation = sentence(rng, rng.choice([1, 3, 20, 60])) + (
+            f"\n{rng.randint(0, 999)}" if rng.random() < 0.5 else ""
+        )
         turns.append(ScoredTurn(i, f"cat {sentence(rng, rng.randint(1, 4))}", observation, category, KEEP.of(category)))
     return turns
 
@@ -323,8 +325,13 @@ def test_eval_sequences_label_every_observation_token(tokenizer):
                 demonstrations="> search\nresults",
                 simulation_instructions="Inject an intermittent API error.",
             ),
-            ["# Action space", '"name": "book"', "# Initial state\nuser id 42", "# Demonstrations",
-             "# Simulation instructions"],
+            [
+                "# Action space",
+                '"name": "book"',
+                "# Initial state\nuser id 42",
+                "# Demonstrations",
+                "# Simulation instructions",
+            ],
             [],
         ),
     ],
@@ -341,7 +348,9 @@ def test_world_knowledge_documents_are_fully_labelled_chunks(tokenizer):
     text = sentence(random.Random(4), 150)
     chunks = builder.document_sequences("doc", text)
     assert len(chunks) > 1 and all(len(c.input_ids) <= 64 for c in chunks)
-    assert all(c.kind == "world_knowledge" and c.labels[0] == IGNORE_INDEX and c.labels[1:] == c.input_ids[1:] for c in chunks)
+    assert all(
+        c.kind == "world_knowledge" and c.labels[0] == IGNORE_INDEX and c.labels[1:] == c.input_ids[1:] for c in chunks
+    )
     assert chunks[-1].input_ids[-1] == tokenizer.eos_token_id
     assert tokenizer.decode([t for c in chunks for t in c.input_ids][:-1]) == text
 

@@ -39,8 +39,11 @@ from pipeline.training.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-SYSTEM = SystemPrompt(task_description="Count the lines of notes.txt.", action_space="bash commands, one per action",
-                      initial_state="~/notes.txt holds three lines.")
+SYSTEM = SystemPrompt(
+    task_description="Count the lines of notes.txt.",
+    action_space="bash commands, one per action",
+    initial_state="~/notes.txt holds three lines.",
+)
 TURNS = [("ls", "notes.txt"), ("cat notes.txt", "one\ntwo\nthree")]
 
 
@@ -55,8 +58,9 @@ THINKING_QUERY = world_model_messages(SFT_FORMAT, "terminal", SYSTEM, TURNS, "wc
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 
 
-def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None,
-          fmt=SFT_FORMAT) -> None:
+def teach(
+    model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None, fmt=SFT_FORMAT
+) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
     served model really writes thinking and the server's separation of it is tested on a real output."""
     import torch
@@ -67,8 +71,10 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenize
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         tokenizer.chat_template = chat_template(fmt)
-    prompt = tokenizer(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
-                       add_special_tokens=False)["input_ids"]
+    prompt = tokenizer(
+        tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     ids = torch.tensor([prompt + target])
@@ -87,11 +93,17 @@ def teach(model_dir: Path, messages: list[dict[str, str]], answer: str, tokenize
 def folder(tmp_path_factory):
     """The tiny model, taught one thinking answer, exported in the thinking (sft) format."""
     root = tmp_path_factory.mktemp("serve")
-    model = build_tiny_model(TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny")
+    model = build_tiny_model(
+        TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny"
+    )
     teach(model, THINKING_QUERY, THINKING_ANSWER)
-    folder = write_export(model, root / "export", prompt_format("sft"),
-                          {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512,
-                           "max_history_chars": 24_000}, "# card\n")
+    folder = write_export(
+        model,
+        root / "export",
+        prompt_format("sft"),
+        {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512, "max_history_chars": 24_000},
+        "# card\n",
+    )
     return folder
 
 
@@ -99,9 +111,24 @@ def _serve(folder: Path):
     """`simulacra serve` of an exported folder in a subprocess: its /v1 URL, until the generator closes."""
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port), "--max-tokens", "16",
-         "--max-body-mb", "0.25"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "serve",
+            str(folder),
+            "--port",
+            str(port),
+            "--max-tokens",
+            "16",
+            "--max-body-mb",
+            "0.25",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base_url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
@@ -136,8 +163,12 @@ def test_models_lists_the_checkpoint(server, client):
     (entry,) = client.models.list().data
     assert entry.id == "world-model-test"
     assert entry.model_extra["max_model_len"] == 512
-    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": True, "answer_formats": ["thinking"],
-                                              "max_history_chars": 24_000}
+    assert entry.model_extra["simulacra"] == {
+        "prompt_format": "sft",
+        "thinking": True,
+        "answer_formats": ["thinking"],
+        "max_history_chars": 24_000,
+    }
     assert client.models.retrieve("world-model-test").id == "world-model-test"
     missing = httpx.get(f"{server}/models/gpt-4")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
@@ -147,13 +178,25 @@ def test_models_lists_the_checkpoint(server, client):
 
 def test_messages_and_structured_fields_simulate_the_same_step(client):
     messages = world_model_messages(prompt_format("sft"), "terminal", SYSTEM, TURNS, "wc -l notes.txt")
-    by_messages = client.chat.completions.create(model="world-model-test", messages=messages, max_tokens=12, temperature=0)
+    by_messages = client.chat.completions.create(
+        model="world-model-test", messages=messages, max_tokens=12, temperature=0
+    )
     structured = client.chat.completions.create(
-        model="world-model-test", messages=[], max_tokens=12, temperature=0,
-        extra_body={"messages": None, "domain": "terminal", "system": {
-            "task_description": SYSTEM.task_description, "action_space": SYSTEM.action_space,
-            "initial_state": SYSTEM.initial_state}, "turns": [{"action": a, "observation": o} for a, o in TURNS],
-            "action": "wc -l notes.txt"},
+        model="world-model-test",
+        messages=[],
+        max_tokens=12,
+        temperature=0,
+        extra_body={
+            "messages": None,
+            "domain": "terminal",
+            "system": {
+                "task_description": SYSTEM.task_description,
+                "action_space": SYSTEM.action_space,
+                "initial_state": SYSTEM.initial_state,
+            },
+            "turns": [{"action": a, "observation": o} for a, o in TURNS],
+            "action": "wc -l notes.txt",
+        },
     )
     assert by_messages.choices[0].message.content == structured.choices[0].message.content
     assert by_messages.usage.prompt_tokens == structured.usage.prompt_tokens > 50
@@ -170,33 +213,50 @@ def test_system_prompt_parts_as_named_messages_are_the_rendered_prompt(client):
     system = SystemPrompt(SYSTEM.task_description, SYSTEM.action_space, tools, SYSTEM.initial_state)
     rendered = world_model_messages(prompt_format("sft"), "terminal", system, TURNS, "wc -l notes.txt")
     parts = part_messages("terminal", system) + rendered[1:]
-    by_rendered = client.chat.completions.create(model="world-model-test", messages=rendered, max_tokens=8,
-                                                 temperature=0)
-    by_parts = client.chat.completions.create(model="world-model-test", messages=parts, tools=tools, max_tokens=8,
-                                              temperature=0)
+    by_rendered = client.chat.completions.create(
+        model="world-model-test", messages=rendered, max_tokens=8, temperature=0
+    )
+    by_parts = client.chat.completions.create(
+        model="world-model-test", messages=parts, tools=tools, max_tokens=8, temperature=0
+    )
     assert by_parts.usage.prompt_tokens == by_rendered.usage.prompt_tokens
     assert by_parts.choices[0].message.content == by_rendered.choices[0].message.content
 
 
 def test_control_instructions_reach_the_prompt(client):
     plain = dict(domain="terminal", system={"task_description": "t"}, action="ls")
-    base = client.chat.completions.create(model="world-model-test", messages=[], max_tokens=1,
-                                          extra_body={"messages": None, **plain})
+    base = client.chat.completions.create(
+        model="world-model-test", messages=[], max_tokens=1, extra_body={"messages": None, **plain}
+    )
     controlled = client.chat.completions.create(
-        model="world-model-test", messages=[], max_tokens=1,
+        model="world-model-test",
+        messages=[],
+        max_tokens=1,
         extra_body={"messages": None, **plain, "control_instructions": ["Inject an intermittent API error."]},
     )
     assert controlled.usage.prompt_tokens > base.usage.prompt_tokens
 
 
 def test_thinking_stays_out_of_the_content_unless_asked(client):
-    served = client.chat.completions.create(model="world-model-test", messages=THINKING_QUERY, max_tokens=40,
-                                            temperature=0)
+    served = client.chat.completions.create(
+        model="world-model-test", messages=THINKING_QUERY, max_tokens=40, temperature=0
+    )
     assert served.choices[0].finish_reason == "stop"
     assert (served.choices[0].message.content, served.choices[0].message.model_extra["reasoning_content"]) == (
-        "3 notes.txt", "Three lines.")
-    raw = client.chat.completions.create(model="world-model-test", messages=THINKING_QUERY, max_tokens=40, temperature=0,
-                                         extra_body={"include_thinking": True}).choices[0].message
+        "3 notes.txt",
+        "Three lines.",
+    )
+    raw = (
+        client.chat.completions.create(
+            model="world-model-test",
+            messages=THINKING_QUERY,
+            max_tokens=40,
+            temperature=0,
+            extra_body={"include_thinking": True},
+        )
+        .choices[0]
+        .message
+    )
     assert raw.content == THINKING_ANSWER
 
 
@@ -216,9 +276,19 @@ def test_split_thinking(text, expected):
     assert split_thinking(text) == expected
 
 
-STREAMED = ["<think>\nit counts lines\n</think>\n\n3 notes.txt", "<think>a</think>\n  3 notes.txt\n",
-            "<think>\ncut at the token limit", "3 notes.txt", "<think></think>\n\n", "3 notes</think>\n\nx",
-            "<thin", "<think>x </thi", " \n<think> a \n\n</think>\n\n\nb", "", "<"]
+STREAMED = [
+    "<think>\nit counts lines\n</think>\n\n3 notes.txt",
+    "<think>a</think>\n  3 notes.txt\n",
+    "<think>\ncut at the token limit",
+    "3 notes.txt",
+    "<think></think>\n\n",
+    "3 notes</think>\n\nx",
+    "<thin",
+    "<think>x </thi",
+    " \n<think> a \n\n</think>\n\n\nb",
+    "",
+    "<",
+]
 
 
 @pytest.mark.parametrize("include_thinking", [False, True])
@@ -237,8 +307,11 @@ def test_streamed_deltas_add_up_to_the_whole_answer(text, include_thinking):
     assert (reasoning, content) == (thinking or "", text if include_thinking else observation)
 
 
-LONG_HISTORY = [{"role": "user", "content": "cat big.log"}, {"role": "assistant", "content": "error line " * 400},
-                {"role": "user", "content": "wc -l big.log"}]
+LONG_HISTORY = [
+    {"role": "user", "content": "cat big.log"},
+    {"role": "assistant", "content": "error line " * 400},
+    {"role": "user", "content": "wc -l big.log"},
+]
 ACTION = [{"role": "user", "content": "ls"}]
 
 
@@ -248,15 +321,22 @@ ACTION = [{"role": "user", "content": "ls"}]
         ("not json", 400, "not valid JSON"),
         ([1, 2], 400, "JSON object"),
         ({"messages": ACTION, "temprature": 0.5}, 400, "unknown field `temprature`"),
-        ({"messages": [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "a"}]}, 400, "missing action"),
+        (
+            {"messages": [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "a"}]},
+            400,
+            "missing action",
+        ),
         ({"messages": []}, 400, "missing action"),
         ({"domain": "terminal", "system": {"task_description": "t"}}, 400, "missing action"),
         ({"action": "ls"}, 400, "without `domain`"),
         ({"action": "ls", "domain": "spaceship"}, 400, "field `domain`"),
         ({"messages": ACTION, "action": "ls", "domain": "terminal"}, 400, "not both"),
         ({"messages": [{"role": "narrator", "content": "x"}]}, 400, "field `messages.0.role`"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
-         "text parts only"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            400,
+            "text parts only",
+        ),
         ({"messages": ACTION, "n": 0}, 400, "field `n`"),
         ({"messages": ACTION, "n": 17}, 400, "field `n`"),
         ({"messages": ACTION, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop sequences"),
@@ -268,11 +348,17 @@ ACTION = [{"role": "user", "content": "ls"}]
         ({"messages": ACTION, "model": "gpt-4"}, 404, "not served here"),
         ({"messages": LONG_HISTORY}, 400, "context length of 512 tokens"),
         ({"messages": ACTION, "max_tokens": 600}, 400, "context length of 512 tokens"),
-        ({"messages": ACTION, "chat_template_kwargs": {"enable_thinking": False}}, 400,
-         "enable_thinking=false asks for the direct answer format, which this model was not trained in (answer "
-         "formats: thinking)"),
-        ({"messages": ACTION, "chat_template_kwargs": {"enable_thinking": "no"}}, 400,
-         'field `chat_template_kwargs`: enable_thinking must be true or false, not "no"'),
+        (
+            {"messages": ACTION, "chat_template_kwargs": {"enable_thinking": False}},
+            400,
+            "enable_thinking=false asks for the direct answer format, which this model was not trained in (answer "
+            "formats: thinking)",
+        ),
+        (
+            {"messages": ACTION, "chat_template_kwargs": {"enable_thinking": "no"}},
+            400,
+            'field `chat_template_kwargs`: enable_thinking must be true or false, not "no"',
+        ),
         ({"messages": ACTION, "chat_template_kwargs": []}, 400, "field `chat_template_kwargs`"),
     ],
 )
@@ -288,21 +374,38 @@ def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
 def test_every_standard_field_role_and_content_shape_is_accepted(client):
     """Issue 19's list of 400s, all in one request; `developer` is the system role, a `tool` message an
     observation, content parts join as text: the prompt is that of the plain request."""
-    plain = [{"role": "system", "content": "You simulate a shell."}, {"role": "user", "content": "ls"},
-             {"role": "assistant", "content": "a.txt"}, {"role": "user", "content": "cat a.txt"}]
-    dressed = [{"role": "developer", "content": [{"type": "text", "text": "You simulate a shell."}]},
-               {"role": "user", "content": "ls", "name": "agent"},
-               {"role": "tool", "content": [{"type": "text", "text": "a.txt"}], "tool_call_id": "call_1"},
-               {"role": "user", "content": [{"type": "text", "text": "cat a.txt"}], "name": "agent"}]
+    plain = [
+        {"role": "system", "content": "You simulate a shell."},
+        {"role": "user", "content": "ls"},
+        {"role": "assistant", "content": "a.txt"},
+        {"role": "user", "content": "cat a.txt"},
+    ]
+    dressed = [
+        {"role": "developer", "content": [{"type": "text", "text": "You simulate a shell."}]},
+        {"role": "user", "content": "ls", "name": "agent"},
+        {"role": "tool", "content": [{"type": "text", "text": "a.txt"}], "tool_call_id": "call_1"},
+        {"role": "user", "content": [{"type": "text", "text": "cat a.txt"}], "name": "agent"},
+    ]
     fields = dict(
         tools=[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
-        tool_choice="auto", parallel_tool_calls=False, response_format={"type": "text"}, user="agent-7",
-        metadata={"run": "1"}, store=False, service_tier="auto", reasoning_effort="low", logprobs=True, top_logprobs=2,
-        presence_penalty=0.0, frequency_penalty=0.0, stream_options=None,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        response_format={"type": "text"},
+        user="agent-7",
+        metadata={"run": "1"},
+        store=False,
+        service_tier="auto",
+        reasoning_effort="low",
+        logprobs=True,
+        top_logprobs=2,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        stream_options=None,
     )
     base = client.chat.completions.create(model="world-model-test", messages=plain, max_tokens=6, temperature=0)
-    answer = client.chat.completions.create(model="world-model-test", messages=dressed, max_tokens=6, temperature=0,
-                                            **fields)
+    answer = client.chat.completions.create(
+        model="world-model-test", messages=dressed, max_tokens=6, temperature=0, **fields
+    )
     assert answer.usage.prompt_tokens == base.usage.prompt_tokens
     assert answer.choices[0].message.content == base.choices[0].message.content
     tokens = answer.choices[0].logprobs.content
@@ -316,11 +419,17 @@ OTHER_QUERY = [{"role": "system", "content": "You simulate a shell."}, {"role": 
 def test_temperature_defaults_to_sampling_and_a_seed_reproduces_it(client):
     """OpenAI's default temperature is 1: two unseeded answers differ; a seed (2**63 and past too) gives the
     same answer every time, and n choices of one seeded request are different samples."""
+
     # The whole answer, thinking included: the tiny model is taught to open a thinking block, so 24 sampled
     # tokens may all be thinking, and two such answers have the same (empty) observation.
     def sample(**extra):
-        return client.chat.completions.create(model="world-model-test", messages=OTHER_QUERY, max_tokens=24,
-                                              extra_body={"ignore_eos": True, "include_thinking": True}, **extra)
+        return client.chat.completions.create(
+            model="world-model-test",
+            messages=OTHER_QUERY,
+            max_tokens=24,
+            extra_body={"ignore_eos": True, "include_thinking": True},
+            **extra,
+        )
 
     unseeded = {sample().choices[0].message.content for _ in range(2)}
     assert len(unseeded) == 2
@@ -332,8 +441,9 @@ def test_temperature_defaults_to_sampling_and_a_seed_reproduces_it(client):
 
 
 def test_stop_strings_cut_the_answer_before_them(client):
-    greedy = dict(model="world-model-test", messages=OTHER_QUERY, max_tokens=30, temperature=0,
-                  extra_body={"ignore_eos": True})
+    greedy = dict(
+        model="world-model-test", messages=OTHER_QUERY, max_tokens=30, temperature=0, extra_body={"ignore_eos": True}
+    )
     whole = client.chat.completions.create(**greedy).choices[0].message.content
     stop = whole[10:13]
     cut = client.chat.completions.create(**greedy, stop=["never-there", stop]).choices[0]
@@ -345,23 +455,40 @@ def test_logit_bias_steers_every_token(client, folder):
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     token = tokenizer.convert_tokens_to_ids("a")
-    answer = client.chat.completions.create(model="world-model-test", messages=OTHER_QUERY, max_tokens=5,
-                                            temperature=0, logit_bias={str(token): 100})
+    answer = client.chat.completions.create(
+        model="world-model-test", messages=OTHER_QUERY, max_tokens=5, temperature=0, logit_bias={str(token): 100}
+    )
     assert answer.choices[0].message.content == "aaaaa"
 
 
 def test_streaming_answers_what_the_whole_answer_is(client):
     for include_thinking in (False, True):
-        whole = client.chat.completions.create(model="world-model-test", messages=THINKING_QUERY, max_tokens=40,
-                                               temperature=0, extra_body={"include_thinking": include_thinking})
-        chunks = list(client.chat.completions.create(
-            model="world-model-test", messages=THINKING_QUERY, max_tokens=40, temperature=0, stream=True,
-            stream_options={"include_usage": True}, extra_body={"include_thinking": include_thinking}))
+        whole = client.chat.completions.create(
+            model="world-model-test",
+            messages=THINKING_QUERY,
+            max_tokens=40,
+            temperature=0,
+            extra_body={"include_thinking": include_thinking},
+        )
+        chunks = list(
+            client.chat.completions.create(
+                model="world-model-test",
+                messages=THINKING_QUERY,
+                max_tokens=40,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"include_thinking": include_thinking},
+            )
+        )
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                            for c in chunks if c.choices)
-        assert (content, reasoning) == (whole.choices[0].message.content,
-                                        whole.choices[0].message.model_extra["reasoning_content"])
+        reasoning = "".join(
+            (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+        )
+        assert (content, reasoning) == (
+            whole.choices[0].message.content,
+            whole.choices[0].message.model_extra["reasoning_content"],
+        )
         assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
         assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
@@ -428,8 +555,10 @@ def test_an_oversized_body_is_refused_before_it_is_read(server):
 def test_environment_class_steps_against_the_server(server, client):
     env = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=12, temperature=0)
     assert env.format.name == "sft"  # read from the server's model list
-    assert env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space,
-                                               "initial_state": SYSTEM.initial_state}) == SYSTEM.initial_state
+    assert (
+        env.reset(SYSTEM.task_description, {"action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state})
+        == SYSTEM.initial_state
+    )
     observations = [env.step(action) for action in ("ls", "cat notes.txt", "wc -l notes.txt")]
     assert [action for action, _ in env.history] == ["ls", "cat notes.txt", "wc -l notes.txt"]
     assert [observation for _, observation in env.history] == observations
@@ -472,18 +601,29 @@ def test_history_is_shortened_as_training_shortened_it(server, folder):
 
     assert prompt_length(env.history[40 - kept : 40]) + 8 <= 512 < prompt_length(env.history[39 - kept : 40]) + 8
 
-    budgeted = WorldModelEnvironment(server, model="world-model-test", domain="terminal", max_tokens=8,
-                                     max_history_chars=200)
+    budgeted = WorldModelEnvironment(
+        server, model="world-model-test", domain="terminal", max_tokens=8, max_history_chars=200
+    )
     budgeted.history = list(env.history[:40])
     assert budgeted.kept_history() == env.history[40 - len(budgeted.kept_history()) : 40]
-    assert sum(len(a) + len(o) for a, o in budgeted.kept_history()) <= 200 < sum(
-        len(a) + len(o) for a, o in env.history[39 - len(budgeted.kept_history()) : 40])
+    assert (
+        sum(len(a) + len(o) for a, o in budgeted.kept_history())
+        <= 200
+        < sum(len(a) + len(o) for a, o in env.history[39 - len(budgeted.kept_history()) : 40])
+    )
 
 
 # Every kind of episode a user can give (EpisodeSpec.from_mapping reads a dataset row or reset's options).
 EPISODES = [
-    ("a task and an initial state", {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
-                                     "initial_state": SYSTEM.initial_state, "max_steps": 3}),
+    (
+        "a task and an initial state",
+        {
+            "task": SYSTEM.task_description,
+            "action_space": SYSTEM.action_space,
+            "initial_state": SYSTEM.initial_state,
+            "max_steps": 3,
+        },
+    ),
     ("no initial state", {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space, "max_steps": 3}),
     ("an empty initial state", {"task": SYSTEM.task_description, "initial_state": ""}),
     ("a task alone", {"task": SYSTEM.task_description}),
@@ -501,8 +641,9 @@ def test_gymnasium_check_env_passes_for_every_kind_of_episode(server, given):
     from pipeline.serving.episode import EpisodeSpec
     from pipeline.serving.gym_env import WorldModelEnv
 
-    env = WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec.from_mapping(given), max_tokens=8,
-                        max_action_chars=24)
+    env = WorldModelEnv(
+        server, "world-model-test", "terminal", EpisodeSpec.from_mapping(given), max_tokens=8, max_action_chars=24
+    )
     check_env(env, skip_render_check=True)
     assert env.reset(seed=0)[0] == given.get("initial_state", "")
 
@@ -513,8 +654,11 @@ def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
     from pipeline.serving.episode import EpisodeSpec
     from pipeline.serving.gym_env import WorldModelEnv
 
-    spec = EpisodeSpec(SYSTEM.task_description, SystemPrompt(action_space=SYSTEM.action_space,
-                                                             initial_state=SYSTEM.initial_state), max_steps=3)
+    spec = EpisodeSpec(
+        SYSTEM.task_description,
+        SystemPrompt(action_space=SYSTEM.action_space, initial_state=SYSTEM.initial_state),
+        max_steps=3,
+    )
     env = WorldModelEnv(server, "world-model-test", "terminal", spec, max_tokens=8, max_action_chars=24)
     check_env(env, skip_render_check=True)
 
@@ -527,7 +671,10 @@ def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
     assert [step[0] for step in episode(3)] == [step[0] for step in first]  # sampled at temperature 1, reproduced
     assert [step[0] for step in episode(4)] != [step[0] for step in first]
     assert [(reward, terminated, truncated) for _, reward, terminated, truncated, _ in first] == [
-        (0.0, False, False), (0.0, False, False), (0.0, False, True)]  # the step limit truncates
+        (0.0, False, False),
+        (0.0, False, False),
+        (0.0, False, True),
+    ]  # the step limit truncates
 
 
 @pytest.mark.parametrize(
@@ -535,8 +682,10 @@ def test_gymnasium_env_passes_check_env_and_seeds_reproduce_an_episode(server):
     [
         ({"success_pattern": r"^3 notes"}, (1.0, True, False)),
         ({"verifier": "def verify(observation):\n    return observation.split()[0] == '3'\n"}, (1.0, True, False)),
-        ({"verifier": "def verify(observation):\n    return observation == 'nothing'\n", "max_steps": 1},
-         (0.0, False, True)),
+        (
+            {"verifier": "def verify(observation):\n    return observation == 'nothing'\n", "max_steps": 1},
+            (0.0, False, True),
+        ),
         ({"success_pattern": r"^4 notes"}, (0.0, False, False)),
     ],
 )
@@ -545,8 +694,12 @@ def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expe
     from pipeline.serving.episode import EpisodeSpec
     from pipeline.serving.gym_env import WorldModelEnv
 
-    options = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
-               "initial_state": SYSTEM.initial_state, **ends}
+    options = {
+        "task": SYSTEM.task_description,
+        "action_space": SYSTEM.action_space,
+        "initial_state": SYSTEM.initial_state,
+        **ends,
+    }
     env = WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec(""), max_tokens=40, temperature=0)
     env.reset(seed=0, options=options)
     env.simulator.history = list(TURNS)  # the trajectory the model was taught to answer
@@ -563,12 +716,22 @@ DIRECT_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "w
 def direct_server(tmp_path_factory):
     """The tiny model taught one direct answer (the observation alone), exported as trained direct, served."""
     root = tmp_path_factory.mktemp("serve-direct")
-    model = build_tiny_model(TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"],
-                             root / "tiny")
+    model = build_tiny_model(
+        TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny"
+    )
     teach(model, DIRECT_QUERY, "3 notes.txt", fmt=DIRECT_FORMAT)
-    folder = write_export(model, root / "export", DIRECT_FORMAT,
-                          {"model_name": "world-model-direct", "fingerprint": "direct", "context_length": 512,
-                           "max_history_chars": 24_000}, "# card\n")
+    folder = write_export(
+        model,
+        root / "export",
+        DIRECT_FORMAT,
+        {
+            "model_name": "world-model-direct",
+            "fingerprint": "direct",
+            "context_length": 512,
+            "max_history_chars": 24_000,
+        },
+        "# card\n",
+    )
     assert json.loads((folder / "simulacra.json").read_text())["answer_formats"] == ["direct"]
     yield from _serve(folder)
 
@@ -582,12 +745,19 @@ def test_a_direct_model_answers_in_content_with_no_reasoning(direct_server):
 
     client = OpenAI(base_url=direct_server, api_key="unused", max_retries=0)
     (entry,) = client.models.list().data
-    assert entry.model_extra["simulacra"] == {"prompt_format": "sft", "thinking": False, "answer_formats": ["direct"],
-                                              "max_history_chars": 24_000}
+    assert entry.model_extra["simulacra"] == {
+        "prompt_format": "sft",
+        "thinking": False,
+        "answer_formats": ["direct"],
+        "max_history_chars": 24_000,
+    }
     ask = dict(model="world-model-direct", max_tokens=20, temperature=0)
     parts = part_messages("terminal", SYSTEM) + DIRECT_QUERY[1:]
-    for messages, extra in ((DIRECT_QUERY, {}), (DIRECT_QUERY, {"chat_template_kwargs": {"enable_thinking": False}}),
-                            (parts, {"include_thinking": True})):
+    for messages, extra in (
+        (DIRECT_QUERY, {}),
+        (DIRECT_QUERY, {"chat_template_kwargs": {"enable_thinking": False}}),
+        (parts, {"include_thinking": True}),
+    ):
         message = client.chat.completions.create(messages=messages, extra_body=extra, **ask).choices[0].message
         assert message.content == "3 notes.txt"
         assert "reasoning_content" not in (message.model_extra or {})
@@ -596,22 +766,29 @@ def test_a_direct_model_answers_in_content_with_no_reasoning(direct_server):
     assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in chunks)
 
 
-@pytest.mark.parametrize("fields", [
-    {"chat_template_kwargs": {"enable_thinking": True}},
-    {"chat_template_kwargs": {"enable_thinking": True, "unknown": 1}},
-    {"domain": "terminal", "action": "ls", "chat_template_kwargs": {"enable_thinking": True}},  # structured fields
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"chat_template_kwargs": {"enable_thinking": True, "unknown": 1}},
+        {"domain": "terminal", "action": "ls", "chat_template_kwargs": {"enable_thinking": True}},  # structured fields
+    ],
+)
 def test_thinking_asked_of_a_direct_model_is_a_400_naming_the_trained_format(direct_server, fields):
     body = {"messages": DIRECT_QUERY, **fields} if "action" not in fields else fields
     response = httpx.post(f"{direct_server}/chat/completions", json=body)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["message"] == ('enable_thinking=true asks for the thinking answer format, which this model was not '
-                                'trained in (answer formats: direct): omit it or send chat_template_kwargs '
-                                '{"enable_thinking": false}')
+    assert error["message"] == (
+        "enable_thinking=true asks for the thinking answer format, which this model was not "
+        "trained in (answer formats: direct): omit it or send chat_template_kwargs "
+        '{"enable_thinking": false}'
+    )
     assert error["param"] == "chat_template_kwargs.enable_thinking"
-    ignored = httpx.post(f"{direct_server}/chat/completions",  # vLLM's other template kwargs are ignored
-                         json={"messages": DIRECT_QUERY, "max_tokens": 1, "chat_template_kwargs": {"unknown": 1}})
+    ignored = httpx.post(
+        f"{direct_server}/chat/completions",  # vLLM's other template kwargs are ignored
+        json={"messages": DIRECT_QUERY, "max_tokens": 1, "chat_template_kwargs": {"unknown": 1}},
+    )
     assert ignored.status_code == 200, ignored.text
 
 
@@ -620,8 +797,12 @@ def test_gymnasium_env_steps_over_a_direct_model(direct_server):
     from pipeline.serving.gym_env import WorldModelEnv
     from pipeline.serving.prompt_formats import UntrainedAnswerFormat
 
-    options = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space,
-               "initial_state": SYSTEM.initial_state, "success_pattern": r"^3 notes"}
+    options = {
+        "task": SYSTEM.task_description,
+        "action_space": SYSTEM.action_space,
+        "initial_state": SYSTEM.initial_state,
+        "success_pattern": r"^3 notes",
+    }
     env = WorldModelEnv(direct_server, "world-model-direct", "terminal", EpisodeSpec(""), max_tokens=20, temperature=0)
     assert env.simulator.thinking is False  # the trained format, read from the server
     observation, _ = env.reset(seed=0, options=options)
@@ -649,24 +830,47 @@ def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
 
     from pipeline.serving.trl_env import WorldModelToolEnv, world_model_environment_factory
 
-    policy = build_tiny_model(TinyModelConfig(max_position_embeddings=1024), [REPO / "data/demo/terminal.jsonl"],
-                              tmp_path / "policy")
+    policy = build_tiny_model(
+        TinyModelConfig(max_position_embeddings=1024), [REPO / "data/demo/terminal.jsonl"], tmp_path / "policy"
+    )
     tokenizer = AutoTokenizer.from_pretrained(policy)
     # A tool-calling template TRL knows how to parse (its Qwen3 one; the tiny tokenizer has the same specials).
     tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
     tokenizer.save_pretrained(policy)
     task = {"task": SYSTEM.task_description, "action_space": SYSTEM.action_space, "initial_state": SYSTEM.initial_state}
-    prompt = [{"role": "user", "content": SYSTEM.task_description + SYSTEM.initial_state}]  # TRL appends the reset's text
+    prompt = [
+        {"role": "user", "content": SYSTEM.task_description + SYSTEM.initial_state}
+    ]  # TRL appends the reset's text
     teach(policy, prompt, TOOL_CALL, tokenizer=tokenizer, tools=[get_json_schema(WorldModelToolEnv.act)])
 
-    episodes = Dataset.from_list([{"prompt": [{"role": "user", "content": SYSTEM.task_description}], **task,
-                                   "success_pattern": r"\S", "max_steps": 1}] * 2)
-    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, bf16=False, per_device_train_batch_size=2,
-                      num_generations=2, max_completion_length=64, max_steps=1, max_tool_calling_iterations=1,
-                      report_to=[], logging_steps=1, save_strategy="no")
+    episodes = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": SYSTEM.task_description}],
+                **task,
+                "success_pattern": r"\S",
+                "max_steps": 1,
+            }
+        ]
+        * 2
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=64,
+        max_steps=1,
+        max_tool_calling_iterations=1,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+    )
     factory = world_model_environment_factory(server, "world-model-test", "terminal", max_tokens=8)
-    trainer = GRPOTrainer(model=str(policy), processing_class=tokenizer, args=args, train_dataset=episodes,
-                          environment_factory=factory)
+    trainer = GRPOTrainer(
+        model=str(policy), processing_class=tokenizer, args=args, train_dataset=episodes, environment_factory=factory
+    )
     trainer.train()
     assert trainer.state.global_step == 1
     logged = trainer.state.log_history[0]
@@ -687,16 +891,31 @@ def test_vllm_command_carries_what_the_export_recorded(folder, tmp_path, think_t
     if think_tokens:  # the tiny export, its tokenizer given the two tokens as Qwen3's has them
         folder = Path(shutil.copytree(folder, tmp_path / "export"))
         tokenizer = json.loads((folder / "tokenizer.json").read_text())
-        tokenizer["added_tokens"] += [{"id": 1000 + i, "content": token, "single_word": False, "lstrip": False,
-                                       "rstrip": False, "normalized": False, "special": False}
-                                      for i, token in enumerate(("<think>", "</think>"))]
+        tokenizer["added_tokens"] += [
+            {
+                "id": 1000 + i,
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": False,
+            }
+            for i, token in enumerate(("<think>", "</think>"))
+        ]
         (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     command = vllm_command(folder, "0.0.0.0", 9000, ["--tensor-parallel-size", "2"])
     assert command[:3] == ["vllm", "serve", str(folder)]
     options = dict(zip(command[3::2], command[4::2]))
-    assert options == {"--served-model-name": "world-model-test", "--host": "0.0.0.0", "--port": "9000",
-                       "--max-model-len": "512", "--generation-config": str(folder), **parser,
-                       "--tensor-parallel-size": "2"}
+    assert options == {
+        "--served-model-name": "world-model-test",
+        "--host": "0.0.0.0",
+        "--port": "9000",
+        "--max-model-len": "512",
+        "--generation-config": str(folder),
+        **parser,
+        "--tensor-parallel-size": "2",
+    }
 
 
 @pytest.mark.parametrize(
@@ -709,8 +928,11 @@ def test_vllm_command_carries_what_the_export_recorded(folder, tmp_path, think_t
 )
 def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):
     completed = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), *arguments], cwd=tmp_path, capture_output=True,
-        text=True, env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(tmp_path), "COLUMNS": "300"},
+        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(tmp_path), "COLUMNS": "300"},
     )
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.strip().startswith(message), completed.stderr

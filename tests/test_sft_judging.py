@@ -19,8 +19,15 @@ from pipeline.sft.queries import Query
 from pipeline.store.schema import ScoredTurn, SystemPrompt
 from tests.openai_server import OpenAIServer
 
-GOOD = {"content_classes": ["deterministic output"], "format": 5, "factuality": 4, "consistency": 5, "realism": 4,
-        "quality": 2, "rationale": "close"}
+GOOD = {
+    "content_classes": ["deterministic output"],
+    "format": 5,
+    "factuality": 4,
+    "consistency": 5,
+    "realism": 4,
+    "quality": 2,
+    "rationale": "close",
+}
 
 POINTWISE_CASES = [
     # (why, answer text, valid, score, invalid reason)
@@ -28,7 +35,13 @@ POINTWISE_CASES = [
     ("fenced JSON (no structured output)", "```json\n" + json.dumps(GOOD) + "\n```", True, 4.0, None),
     ("a score above 5", json.dumps({**GOOD, "factuality": 6}), False, 0.0, "out of range: factuality"),
     ("a score below 1", json.dumps({**GOOD, "quality": 0}), False, 0.0, "out of range: quality"),
-    ("a missing criterion", json.dumps({k: v for k, v in GOOD.items() if k != "realism"}), False, 0.0, "missing: realism"),
+    (
+        "a missing criterion",
+        json.dumps({k: v for k, v in GOOD.items() if k != "realism"}),
+        False,
+        0.0,
+        "missing: realism",
+    ),
     ("a fractional score", json.dumps({**GOOD, "format": 4.5}), False, 0.0, "int_from_float: format"),
     ("an extra key", json.dumps({**GOOD, "overall": 5}), False, 0.0, "extra_forbidden: overall"),
     ("prose, not JSON", "I would give it a 4.", False, 0.0, "not JSON"),
@@ -37,7 +50,9 @@ POINTWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("why", "text", "valid", "score", "reason"), POINTWISE_CASES, ids=[c[0] for c in POINTWISE_CASES])
+@pytest.mark.parametrize(
+    ("why", "text", "valid", "score", "reason"), POINTWISE_CASES, ids=[c[0] for c in POINTWISE_CASES]
+)
 def test_validate_pointwise(why, text, valid, score, reason):
     verdict = validate_pointwise(text)
     assert (verdict.valid, verdict.score, verdict.invalid_reason, verdict.raw) == (valid, score, reason, text)
@@ -61,7 +76,11 @@ def test_validate_pairwise(text, winner, valid, reason):
 
 def test_a_failed_request_is_an_invalid_judgement():
     verdict = validate_pointwise(None, "server_error: HTTP 500")
-    assert (verdict.valid, verdict.score, verdict.invalid_reason) == (False, 0.0, "request failed: server_error: HTTP 500")
+    assert (verdict.valid, verdict.score, verdict.invalid_reason) == (
+        False,
+        0.0,
+        "request failed: server_error: HTTP 500",
+    )
 
 
 def _query(domain="terminal", reference="notes.txt\n"):
@@ -81,12 +100,16 @@ def test_llm_judge_over_http_scores_validates_and_sends_the_rubric_and_schema(st
         return answers[prediction]
 
     with OpenAIServer(answer=script) as server:
-        endpoint = EndpointConfig(backend="openai", base_url=server.base_url, model=server.model, temperature=0.0, max_retries=0)
+        endpoint = EndpointConfig(
+            backend="openai", base_url=server.base_url, model=server.model, temperature=0.0, max_retries=0
+        )
         judge = LLMJudge(open_client(endpoint, store, "sft.judge"), history_turns=2)
         verdicts = judge.pointwise([PointwiseItem(_query(), text) for text in answers])
         sent = [entry.body for entry in server.log]
     assert [(v.valid, v.score, v.invalid_reason) for v in verdicts] == [
-        (True, 4.0, None), (False, 0.0, "out of range: format"), (False, 0.0, "not JSON")
+        (True, 4.0, None),
+        (False, 0.0, "out of range: format"),
+        (False, 0.0, "not JSON"),
     ]
     assert all(body["response_format"]["type"] == "json_schema" for body in sent)
     schema = sent[0]["response_format"]["json_schema"]["schema"]
@@ -111,12 +134,14 @@ def test_llm_judge_pairwise_uses_the_domain_rubric(store):
 def test_semantic_judge_maps_similarity_to_one_to_five():
     judge = SemanticJudge()
     json_reference = '{"order_id": 17, "status": "shipped"}'
-    verdicts = judge.pointwise([
-        PointwiseItem(_query(reference="notes.txt\n"), "notes.txt\n"),
-        PointwiseItem(_query(reference="notes.txt\n"), "The French Revolution began in 1789."),
-        PointwiseItem(_query(reference=json_reference), json_reference),
-        PointwiseItem(_query(reference=json_reference), '{"error": "not found"}'),
-    ])
+    verdicts = judge.pointwise(
+        [
+            PointwiseItem(_query(reference="notes.txt\n"), "notes.txt\n"),
+            PointwiseItem(_query(reference="notes.txt\n"), "The French Revolution began in 1789."),
+            PointwiseItem(_query(reference=json_reference), json_reference),
+            PointwiseItem(_query(reference=json_reference), '{"error": "not found"}'),
+        ]
+    )
     scores = [v.score for v in verdicts]
     assert scores[0] == pytest.approx(5.0, abs=1e-4) and scores[1] < 2.5
     assert scores[2] == 5.0 and scores[3] == 1.0  # JSON: no leaf in common
@@ -132,8 +157,13 @@ def test_semantic_judge_maps_similarity_to_one_to_five():
         ("wc -c notes.txt", "169 notes.txt", "170 notes.txt", 0.0, "the one fact wrong, the shape right"),
         ("mkdir x", "", "", 1.0, "an empty reference and an empty prediction"),
         ("mkdir x", "", "mkdir creates x.", 0.0, "an explanation where the environment prints nothing"),
-        ("mv a.txt b.txt", "mv: cannot stat 'a.txt': No such file or directory",
-         "mv: cannot stat 'b.txt': No such file or directory", pytest.approx(2 / 3), "the target named as the source"),
+        (
+            "mv a.txt b.txt",
+            "mv: cannot stat 'a.txt': No such file or directory",
+            "mv: cannot stat 'b.txt': No such file or directory",
+            pytest.approx(2 / 3),
+            "the target named as the source",
+        ),
     ],
 )
 def test_semantic_judge_agreement_is_the_content_agreement(action, reference, prediction, expected, why):
@@ -144,4 +174,6 @@ def test_semantic_judge_agreement_is_the_content_agreement(action, reference, pr
 def test_llm_judge_agreement_is_its_factuality_criterion():
     judge = LLMJudge(client=None, history_turns=0)
     assert judge.compares_pairwise
-    assert judge.agreement(PointwiseItem(_query(), "notes.txt"), {**{c: 5.0 for c in CRITERIA}, "factuality": 2.0}) == 2.0
+    assert (
+        judge.agreement(PointwiseItem(_query(), "notes.txt"), {**{c: 5.0 for c in CRITERIA}, "factuality": 2.0}) == 2.0
+    )

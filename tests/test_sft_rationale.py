@@ -14,7 +14,9 @@ from pipeline.store.database import Store
 from pipeline.store.schema import ScoredTurn, SystemPrompt
 
 HISTORY = (ScoredTurn(0, "echo hi > f0", "", "action", 1.0),)
-QUERIES = [Query(f"t{i}", 1, "terminal", SystemPrompt("Sort files."), HISTORY, f"cat f{i}", f"real {i}\n", 0) for i in range(2)]
+QUERIES = [
+    Query(f"t{i}", 1, "terminal", SystemPrompt("Sort files."), HISTORY, f"cat f{i}", f"real {i}\n", 0) for i in range(2)
+]
 RATIONALE_ASK = "What the environment answered:"
 
 
@@ -29,9 +31,17 @@ def answer(request: dict) -> str:
 
 
 def generator(server, store, **fields):
-    endpoint = {"backend": "openai", "base_url": server.base_url, "model": "m", "max_retries": 0, "api_key_env": None,
-                "max_tokens": 200}
-    config = GeneratorConfig(kind="endpoint", samples=2, rationale=True, thinking_budget=32, endpoint=endpoint, **fields)
+    endpoint = {
+        "backend": "openai",
+        "base_url": server.base_url,
+        "model": "m",
+        "max_retries": 0,
+        "api_key_env": None,
+        "max_tokens": 200,
+    }
+    config = GeneratorConfig(
+        kind="endpoint", samples=2, rationale=True, thinking_budget=32, endpoint=endpoint, **fields
+    )
     generators, clients = build_generators([config], store, None, "unused", "pools")
     return generators[0], clients
 
@@ -44,13 +54,23 @@ def test_a_candidate_is_the_thinking_of_the_model_s_own_prediction_then_the_pred
     parsed = [parse_candidate(t.text) for t in texts]
     assert [p.status for p in parsed] == ["ok"] * 4
     assert parsed[0].thinking == "cat prints the file the history wrote."  # the half sentence is cut
-    assert [p.prediction for p in parsed] == ["predicted cat f0", "predicted cat f0", "predicted cat f1", "predicted cat f1"]
+    assert [p.prediction for p in parsed] == [
+        "predicted cat f0",
+        "predicted cat f0",
+        "predicted cat f1",
+        "predicted cat f1",
+    ]
     # Requests run concurrently: the log is in arrival order, so look them up by what they ask.
-    observed = sorted((r.body for r in server.log if not is_rationale(r.body)), key=lambda b: b["messages"][-1]["content"])
+    observed = sorted(
+        (r.body for r in server.log if not is_rationale(r.body)), key=lambda b: b["messages"][-1]["content"]
+    )
     explained = sorted((r.body for r in server.log if is_rationale(r.body)), key=lambda b: b["messages"][-1]["content"])
     assert len(observed) == len(explained) == 4
     # The observation is asked as CPT asks it: the environment's system prompt, the history, the action.
-    assert observed[0]["messages"][0] == {"role": "system", "content": render_cpt_system_prompt("terminal", QUERIES[0].system)}
+    assert observed[0]["messages"][0] == {
+        "role": "system",
+        "content": render_cpt_system_prompt("terminal", QUERIES[0].system),
+    }
     assert [m["content"] for m in observed[0]["messages"][1:]] == ["echo hi > f0", "", "cat f0"]
     assert {body["max_tokens"] for body in observed} == {200}
     # The rationale sees the action and the model's own prediction, never the reference, within its budget.
@@ -87,15 +107,18 @@ def test_rationale_mode_is_a_generator_of_its_own():
     assert len(labels) == 3  # candidates of one mode are never reused as the other's
 
 
-@pytest.mark.parametrize(("answer_text", "thinking"), [
-    ("It lists the folder.", "It lists the folder."),
-    ("  It lists the folder. Two files", "It lists the folder."),
-    ('The drawer is "closed." It then', 'The drawer is "closed."'),
-    ("One sentence without an end", "One sentence without an end"),  # all there is: kept, the parser judges it
-    ("A. B! C? d", "A. B! C?"),
-    ("notes/todo.txt is a file", "notes/todo.txt is a file"),  # a dot inside a word ends no sentence
-    ("   ", ""),  # empty: the candidate fails as `empty_thinking`
-])
+@pytest.mark.parametrize(
+    ("answer_text", "thinking"),
+    [
+        ("It lists the folder.", "It lists the folder."),
+        ("  It lists the folder. Two files", "It lists the folder."),
+        ('The drawer is "closed." It then', 'The drawer is "closed."'),
+        ("One sentence without an end", "One sentence without an end"),  # all there is: kept, the parser judges it
+        ("A. B! C? d", "A. B! C?"),
+        ("notes/todo.txt is a file", "notes/todo.txt is a file"),  # a dot inside a word ends no sentence
+        ("   ", ""),  # empty: the candidate fails as `empty_thinking`
+    ],
+)
 def test_rationale_text(answer_text, thinking):
     assert rationale_text(answer_text) == thinking
 
@@ -110,7 +133,10 @@ def test_the_rationale_request_shows_a_long_or_empty_observation_plainly():
 
 
 def test_an_empty_rationale_fails_the_candidate_as_empty_thinking(tmp_path):
-    with Store(tmp_path / "store.duckdb") as store, OpenAIServer(answer=lambda r: "  " if is_rationale(r) else "out") as server:
+    with (
+        Store(tmp_path / "store.duckdb") as store,
+        OpenAIServer(answer=lambda r: "  " if is_rationale(r) else "out") as server,
+    ):
         made, _ = generator(server, store)
         texts = made.generate([(QUERIES[0], 0)])
     assert parse_candidate(texts[0].text).status == "empty_thinking"
@@ -121,8 +147,13 @@ def test_a_local_model_decodes_rationales_in_wider_batches_than_observations(tmp
     demo's 48); the observations keep the endpoint's `batch_size`."""
     from pipeline.sft.generators import RATIONALE_BATCH_ROWS
 
-    config = GeneratorConfig(kind="endpoint", samples=2, rationale=True, thinking_budget=32,
-                             endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "batch_size": 8})
+    config = GeneratorConfig(
+        kind="endpoint",
+        samples=2,
+        rationale=True,
+        thinking_budget=32,
+        endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "batch_size": 8},
+    )
     with Store(tmp_path / "store.duckdb") as store:
         _, (observer, explainer) = build_generators([config], store, None, "unused", "pools")
     assert observer.backend.batch_size == 8  # the model is loaded on the first request, never here
@@ -132,8 +163,13 @@ def test_a_local_model_decodes_rationales_in_wider_batches_than_observations(tmp
 def test_with_int8_observations_the_rationales_come_from_the_float_model(tmp_path):
     """Observations only compete for selection; the thinking is what SFT teaches, and int8 weights made the
     135M model's rationales off-topic, so the rationale client never quantizes."""
-    config = GeneratorConfig(kind="endpoint", samples=2, rationale=True, thinking_budget=32,
-                             endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "quantize": "int8"})
+    config = GeneratorConfig(
+        kind="endpoint",
+        samples=2,
+        rationale=True,
+        thinking_budget=32,
+        endpoint={"backend": "transformers", "model": str(tmp_path / "not-loaded"), "quantize": "int8"},
+    )
     with Store(tmp_path / "store.duckdb") as store:
         _, (observer, explainer) = build_generators([config], store, None, "unused", "pools")
     assert observer.endpoint.quantize == "int8" and explainer.endpoint.quantize is None

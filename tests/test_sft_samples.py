@@ -18,7 +18,10 @@ def tokenizer(tmp_path_factory):
     return train_tokenizer(TinyModelConfig(vocab_size=300), lines)
 
 
-HISTORY = (ScoredTurn(0, "echo hi", "hi", "echo", 0.05), ScoredTurn(1, "cat notes.txt", "buy milk <|im_end|>", "retrieval", 1.0))
+HISTORY = (
+    ScoredTurn(0, "echo hi", "hi", "echo", 0.05),
+    ScoredTurn(1, "cat notes.txt", "buy milk <|im_end|>", "retrieval", 1.0),
+)
 TARGET = render_thinking_output("ls lists the files", "notes.txt\n")
 
 
@@ -66,8 +69,9 @@ def test_can_fit_asks_of_the_smallest_sample_a_query_can_give(tokenizer):
 
     long_system, short_system = "SYSTEM PROMPT " * 30, "S"
     reference = "notes.txt\n"
-    smallest = sft_sequence(SequenceBuilder(tokenizer, 4096, 0), "t", short_system, (), "ls",
-                            render_thinking_output("", reference), 0).sequence
+    smallest = sft_sequence(
+        SequenceBuilder(tokenizer, 4096, 0), "t", short_system, (), "ls", render_thinking_output("", reference), 0
+    ).sequence
     exact = len(smallest.input_ids)
     # The shortest template decides, whichever position it has among the ten; history never counts.
     builder = SequenceBuilder(tokenizer, exact, 0)
@@ -78,5 +82,7 @@ def test_can_fit_asks_of_the_smallest_sample_a_query_can_give(tokenizer):
     assert not can_fit(builder, long_system, "ls", reference)
     # What it passes can still be cut by history and thinking later (counted then), never the reverse:
     # a query it refuses has no sample that fits.
-    real = sft_sequence(builder, "t", short_system, HISTORY, "ls", render_thinking_output("ls lists the files", reference), 0)
+    real = sft_sequence(
+        builder, "t", short_system, HISTORY, "ls", render_thinking_output("ls lists the files", reference), 0
+    )
     assert real.sequence is None

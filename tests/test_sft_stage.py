@@ -51,7 +51,9 @@ def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sft-prepared")
     config = load_config(None, [{"workspace": {"path": str(root / "workspace")}}])
     with Store(config.workspace.database_path) as store:
-        ingest.run(config, store, paths=[str(REPO / "data/demo/terminal.jsonl"), str(REPO / "data/demo/tool_calls.json")])
+        ingest.run(
+            config, store, paths=[str(REPO / "data/demo/terminal.jsonl"), str(REPO / "data/demo/tool_calls.json")]
+        )
         filter_stage.run(config, store)
         score.run(config, store)
         split.run(config, store)
@@ -76,19 +78,43 @@ def scripted_answer(request: dict) -> str:
     if "## Criteria" in system:
         value = _digest(prediction) % 7
         if value == 6:
-            return json.dumps({"content_classes": [], "format": 9, "factuality": 1, "consistency": 1, "realism": 1,
-                               "quality": 1, "rationale": "out of range"})
+            return json.dumps(
+                {
+                    "content_classes": [],
+                    "format": 9,
+                    "factuality": 1,
+                    "consistency": 1,
+                    "realism": 1,
+                    "quality": 1,
+                    "rationale": "out of range",
+                }
+            )
         if value == 5:
             return "A fine prediction."
         score = 1 + value % 5
-        return json.dumps({"content_classes": ["deterministic output"], "format": score, "factuality": score,
-                           "consistency": 5, "realism": 4, "quality": score, "rationale": "scripted"})
+        return json.dumps(
+            {
+                "content_classes": ["deterministic output"],
+                "format": score,
+                "factuality": score,
+                "consistency": 5,
+                "realism": 4,
+                "quality": score,
+                "rationale": "scripted",
+            }
+        )
     return json.dumps({"winner": "A" if _digest(last) % 3 else "tie", "rationale": "scripted"})
 
 
 def write_config(root: Path, base_url: str) -> Path:
-    endpoint = {"backend": "openai", "base_url": base_url, "model": "test-model", "concurrency": 1, "max_retries": 0,
-                "timeout_s": 30}
+    endpoint = {
+        "backend": "openai",
+        "base_url": base_url,
+        "model": "test-model",
+        "concurrency": 1,
+        "max_retries": 0,
+        "timeout_s": 30,
+    }
     config = {
         "workspace": {"path": str(root / "workspace")},
         "model": {"base": str(root / "base-model")},
@@ -107,7 +133,8 @@ def write_config(root: Path, base_url: str) -> Path:
             "max_length": 1024,
             "max_steps": 2,
             "save_steps": 1,
-            "tokens_per_step": 2048, "micro_batch_rows": 2,
+            "tokens_per_step": 2048,
+            "micro_batch_rows": 2,
             "learning_rate": 1e-3,
         },
     }
@@ -121,7 +148,10 @@ def start_sft(config_path: Path, log: Path) -> subprocess.Popen:
     handle = log.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli", "--config", str(config_path), "sft"],
-        cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -173,7 +203,9 @@ def test_sigkill_mid_sampling_then_rerun_asks_nothing_twice_and_equals_an_uninte
     uninterrupted, killed = workspace_copy(prepared, "uninterrupted"), workspace_copy(prepared, "killed")
     with OpenAIServer(answer=scripted_answer) as server:
         config = write_config(uninterrupted, server.base_url)
-        assert start_sft(config, uninterrupted / "run.log").wait(timeout=900) == 0, (uninterrupted / "run.log").read_text()
+        assert start_sft(config, uninterrupted / "run.log").wait(timeout=900) == 0, (
+            uninterrupted / "run.log"
+        ).read_text()
         reference_requests = answered(server)
 
     # About 15 requests a batch of three queries (6 candidates, their pointwise judgements, the pairwise
@@ -233,7 +265,11 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
         "sft": {
             "generators": [
                 {"kind": "retrieval", "samples": 2},
-                {"kind": "endpoint", "samples": 1, "endpoint": {"backend": "transformers", "max_tokens": 640, "seed": 0}},
+                {
+                    "kind": "endpoint",
+                    "samples": 1,
+                    "endpoint": {"backend": "transformers", "max_tokens": 640, "seed": 0},
+                },
             ],
             "judge": {"kind": "semantic"},
             "base_model": str(root / "base-model"),
@@ -241,26 +277,40 @@ def test_offline_sft_keeps_trains_and_registers(prepared):
             "max_length": 4096,  # the tiny tokenizer (trained on shell text) spends many tokens on tool lists
             "max_steps": 2,
             "save_steps": 1,
-            "tokens_per_step": 2048, "micro_batch_rows": 2,
+            "tokens_per_step": 2048,
+            "micro_batch_rows": 2,
         },
     }
     config = load_config(None, [overrides])
     with Store(config.workspace.database_path) as store:
         result = sft.run(config, store)
         metrics = result.metrics
-        generators = dict(store.execute(
-            "SELECT regexp_extract(generator, '^[a-z]+'), count(*) FROM sft_candidates GROUP BY ALL").fetchall())
+        generators = dict(
+            store.execute(
+                "SELECT regexp_extract(generator, '^[a-z]+'), count(*) FROM sft_candidates GROUP BY ALL"
+            ).fetchall()
+        )
         [checkpoint] = store.rows("SELECT * FROM checkpoints WHERE stage = 'sft'")
         retention = stats.collect(store)["sft retention"]
         again = sft.run(config, store)
     assert generators == {"retrieval": 32, "transformers": 16}
     assert metrics["queries"] == 16 and 0 < metrics["kept"] <= 16
     assert metrics["retention"] == metrics["kept"] / 16
-    assert retention[-1] == {"domain": "all", "queries": 16, "kept": metrics["kept"], "retention": round(metrics["kept"] / 16, 4),
-                             "mean_winner_score": metrics["mean_winner_score"], "selection": metrics["selection"]}
+    assert retention[-1] == {
+        "domain": "all",
+        "queries": 16,
+        "kept": metrics["kept"],
+        "retention": round(metrics["kept"] / 16, 4),
+        "mean_winner_score": metrics["mean_winner_score"],
+        "selection": metrics["selection"],
+    }
     assert metrics["global_step"] == 2 and metrics["train_sequences"] > 0
     assert metrics["eval_observation_ce_before"] > 0 and metrics["eval_observation_ce_after"] > 0
-    assert metrics["val_queries"] == 2 and metrics["val_score_before"] is not None and metrics["answer_format"] == "thinking"
+    assert (
+        metrics["val_queries"] == 2
+        and metrics["val_score_before"] is not None
+        and metrics["answer_format"] == "thinking"
+    )
     assert metrics["val_format_before"] == "non-thinking" and metrics["val_format_after"] == "thinking"
     assert Path(checkpoint["path"], "config.json").is_file()
     assert (Path(checkpoint["path"]) / "tokenizer.json").is_file()
@@ -289,16 +339,25 @@ def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepar
         "model": {"base": str(root / "base-model")},
         "cpt": {"max_length": 512, "eval_max_sequences": 4},
         "validation": {"max_queries": 3, "max_tokens": 1024},
-        "sft": {"base_model": str(root / "base-model"), "max_queries": 6, "max_length": 4096, "max_steps": 2,
-                "save_steps": 1, "tokens_per_step": 2048, "micro_batch_rows": 2},
+        "sft": {
+            "base_model": str(root / "base-model"),
+            "max_queries": 6,
+            "max_length": 4096,
+            "max_steps": 2,
+            "save_steps": 1,
+            "tokens_per_step": 2048,
+            "micro_batch_rows": 2,
+        },
     }
     config = load_config(None, [overrides])  # auto: the only generator is the model being trained -> direct
     with Store(config.workspace.database_path) as store:
         result = sft.run(config, store)
         candidates = store.scalar("SELECT count(*) FROM sft_candidates")
         [checkpoint] = store.rows("SELECT * FROM checkpoints WHERE stage = 'sft'")
-        observations = dict(((r["trajectory_id"], r["turn_index"]), r["observation"])
-                            for r in store.rows("SELECT trajectory_id, turn_index, observation FROM turns"))
+        observations = dict(
+            ((r["trajectory_id"], r["turn_index"]), r["observation"])
+            for r in store.rows("SELECT trajectory_id, turn_index, observation FROM turns")
+        )
     metrics = result.metrics
     assert candidates == 0 and metrics["answer_format"] == "direct" and metrics["kept"] == metrics["queries"] == 6
     assert result.summary.startswith("direct format: 6 queries, their real observations as targets")
@@ -342,7 +401,6 @@ def assert_labels_are_the_thinking_then_the_real_observation(config, run_dir: Pa
         assert tokenizer.decode(row["input_ids"][:first]).endswith("<|im_start|>assistant\n")
 
 
-
 def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
     """The choice takes `max_queries` targets that can become a sample, in rank order; the tool-call
     targets, whose tool lists alone overrun short rows, are passed over and counted, and a larger
@@ -358,8 +416,11 @@ def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
     root = workspace_copy(prepared, "fit")
 
     def choose(max_queries: int, max_length: int):
-        overrides = {"workspace": {"path": str(root / "workspace")}, "model": {"base": str(root / "base-model")},
-                     "sft": {"base_model": str(root / "base-model"), "max_queries": max_queries, "max_length": max_length}}
+        overrides = {
+            "workspace": {"path": str(root / "workspace")},
+            "model": {"base": str(root / "base-model")},
+            "sft": {"base_model": str(root / "base-model"), "max_queries": max_queries, "max_length": max_length},
+        }
         config = load_config(None, [overrides])
         with Store(config.workspace.database_path) as store:
             plan = sft._plan(config, store)
@@ -369,8 +430,15 @@ def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
             every = load_queries(plan.snapshot_dir, "sft", ranked, config.sft.max_history_chars)
         ensure_chatml_tokens(tokenizer)
         builder = SequenceBuilder(tokenizer, max_length, 0)
-        fits = [can_fit(builder, shortest_prompt(builder, [t.render(q.domain, q.system) for t in TEMPLATES]), q.action,
-                        q.reference) for q in every]
+        fits = [
+            can_fit(
+                builder,
+                shortest_prompt(builder, [t.render(q.domain, q.system) for t in TEMPLATES]),
+                q.action,
+                q.reference,
+            )
+            for q in every
+        ]
         return queries, passed_over, every, fits
 
     queries, passed_over, every, fits = choose(6, 640)
@@ -403,14 +471,23 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
 
     with OpenAIServer(answer=echoing) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
-        config = load_config(None, [{
-            "workspace": {"path": str(root / "workspace")},
-            "model": {"base": str(root / "base-model")},
-            # The endpoint alone: the retrieval generator's candidates hold no key.
-            "sft": {"generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
-                    "judge": {"kind": "llm", "endpoint": endpoint}, "base_model": str(root / "base-model"),
-                    "max_queries": 3, "max_length": 1024},
-        }])
+        config = load_config(
+            None,
+            [
+                {
+                    "workspace": {"path": str(root / "workspace")},
+                    "model": {"base": str(root / "base-model")},
+                    # The endpoint alone: the retrieval generator's candidates hold no key.
+                    "sft": {
+                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
+                        "judge": {"kind": "llm", "endpoint": endpoint},
+                        "base_model": str(root / "base-model"),
+                        "max_queries": 3,
+                        "max_length": 1024,
+                    },
+                }
+            ],
+        )
         with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
             sft.prepare(config, store)
     message = str(refused.value)

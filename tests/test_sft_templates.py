@@ -14,8 +14,14 @@ FULL = SystemPrompt(
     demonstrations="> ls\nnotes.txt",
     simulation_instructions="Inject an intermittent I/O error.",
 )
-PART_TEXTS = ["Help the user manage files.", "Shell commands, one per message.", '"name": "run"', "~/notes.txt exists",
-              "notes.txt", "Inject an intermittent I/O error."]
+PART_TEXTS = [
+    "Help the user manage files.",
+    "Shell commands, one per message.",
+    '"name": "run"',
+    "~/notes.txt exists",
+    "notes.txt",
+    "Inject an intermittent I/O error.",
+]
 
 
 def test_ten_templates_each_carry_all_five_parts_and_ask_for_thinking():

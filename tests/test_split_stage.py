@@ -111,14 +111,22 @@ DEFAULT_GROUPS = ["metadata.task_id", "metadata.instance_id", "task"]
 GROUP_KEYS = [
     ("Fix the crash", {"task_id": 3, "trial": 1}, DEFAULT_GROUPS, "metadata.task_id:3"),  # tau-bench: task id, not text
     ("Fix the crash", {"task_id": 0}, DEFAULT_GROUPS, "metadata.task_id:0"),  # a number is its JSON text, 0 included
-    ("Fix the crash", {"instance_id": "astropy__astropy-12907"}, DEFAULT_GROUPS,
-     "metadata.instance_id:astropy__astropy-12907"),
+    (
+        "Fix the crash",
+        {"instance_id": "astropy__astropy-12907"},
+        DEFAULT_GROUPS,
+        "metadata.instance_id:astropy__astropy-12907",
+    ),
     ("Fix the crash", {"task_id": None, "instance_id": ""}, DEFAULT_GROUPS, "task:Fix the crash"),  # null, empty: unset
     ("  put a clean mug in shelf.\n", None, DEFAULT_GROUPS, "task:put a clean mug in shelf."),  # outer space stripped
     (" \t\n", {"task_id": "  "}, DEFAULT_GROUPS, "trajectory_id:ID"),  # all blank: its own group
     (None, None, DEFAULT_GROUPS, "trajectory_id:ID"),
-    ("Fix the crash", {"env": {"repo": "django/django"}}, ["metadata.env.repo", "task"],
-     "metadata.env.repo:django/django"),
+    (
+        "Fix the crash",
+        {"env": {"repo": "django/django"}},
+        ["metadata.env.repo", "task"],
+        "metadata.env.repo:django/django",
+    ),
     ("Fix the crash", {"env": {"repo": "django/django"}}, ["task", "metadata.env.repo"], "task:Fix the crash"),  # order
     ("Fix the crash", {"env": {"repo": ["a", "b"]}}, ["metadata.env.repo"], 'metadata.env.repo:["a","b"]'),
     ("Fix the crash", {"task_id": 3}, ["metadata.repo"], "trajectory_id:ID"),  # no listed field set
@@ -155,8 +163,10 @@ def test_runs_of_one_task_share_a_pool_so_eval_repeats_no_training_pair(config: 
     tasks = [f"task {i}" for i in range(60)]
     ids = [f"{task}/run {run}" for task in tasks for run in range(5)]
     add_trajectories(store, ids, turns=6, tasks=[t.split("/")[0] for t in ids])
-    store.execute("UPDATE turns SET action = split_part(trajectory_id, '/', 1) || ': ' || action, "
-                  "observation = split_part(trajectory_id, '/', 1) || ': ' || observation")
+    store.execute(
+        "UPDATE turns SET action = split_part(trajectory_id, '/', 1) || ': ' || action, "
+        "observation = split_part(trajectory_id, '/', 1) || ': ' || observation"
+    )
     split_stage.run(config, store)
     placed, keys = pools(store), group_keys(store)
     assert all(keys[t] == "task:" + t.split("/")[0] for t in ids)
@@ -278,8 +288,12 @@ def test_changed_config_reassigns_everything_at_once(config: SimulacraConfig, st
 
 def test_a_changed_group_by_reassigns_every_pool_at_once(config: SimulacraConfig, store: Store, tmp_path: Path) -> None:
     ids = [f"g{i:03d}" for i in range(400)]
-    add_trajectories(store, ids, tasks=[f"task {i % 20}" for i in range(400)],
-                     metadata=[{"repo": f"repo {i % 100}"} for i in range(400)])
+    add_trajectories(
+        store,
+        ids,
+        tasks=[f"task {i % 20}" for i in range(400)],
+        metadata=[{"repo": f"repo {i % 100}"} for i in range(400)],
+    )
     split_stage.run(config, store)
     assert len(set(group_keys(store).values())) == 20
     by_repo = configured(tmp_path, group_by=["metadata.repo"])
@@ -314,30 +328,70 @@ def task_in(pool: str, config: SimulacraConfig, prefix: str) -> str:
 def test_overlap_report_counts_eval_targets_seen_verbatim_in_training(config: SimulacraConfig, store: Store) -> None:
     # The environment repeats itself across tasks: the same drawer is closed in every game.
     closed = ("go to drawer 1", "The drawer 1 is closed.")
-    add_trajectory(store, "eval", task_in("eval", config, "eval"), domain="text-game", pairs=[
-        closed,  # in cpt and sft
-        ("open drawer 1", "You open the drawer 1. In it, you see a key."),  # action seen, answer differs
-        ("take key 1", "You pick up the key 1."),  # in rl
-        ("inventory", "You carry a key."),  # new
-    ])
-    add_trajectory(store, "train-cpt", task_in("cpt", config, "cpt"), domain="text-game",
-                   pairs=[closed, ("open drawer 1", "You open the drawer 1. In it, you see nothing.")])
-    add_trajectory(store, "train-sft", task_in("sft", config, "sft"), domain="text-game",
-                   pairs=[("look", "A room."), closed])
-    add_trajectory(store, "train-rl", task_in("rl", config, "rl"), domain="text-game",
-                   pairs=[("take key 1", "You pick up the key 1."), ("look", "A room.")])
+    add_trajectory(
+        store,
+        "eval",
+        task_in("eval", config, "eval"),
+        domain="text-game",
+        pairs=[
+            closed,  # in cpt and sft
+            ("open drawer 1", "You open the drawer 1. In it, you see a key."),  # action seen, answer differs
+            ("take key 1", "You pick up the key 1."),  # in rl
+            ("inventory", "You carry a key."),  # new
+        ],
+    )
+    add_trajectory(
+        store,
+        "train-cpt",
+        task_in("cpt", config, "cpt"),
+        domain="text-game",
+        pairs=[closed, ("open drawer 1", "You open the drawer 1. In it, you see nothing.")],
+    )
+    add_trajectory(
+        store, "train-sft", task_in("sft", config, "sft"), domain="text-game", pairs=[("look", "A room."), closed]
+    )
+    add_trajectory(
+        store,
+        "train-rl",
+        task_in("rl", config, "rl"),
+        domain="text-game",
+        pairs=[("take key 1", "You pick up the key 1."), ("look", "A room.")],
+    )
     # A pair of another eval trajectory is not training data; nor is a turn the filter dropped.
-    add_trajectory(store, "eval-2", task_in("eval", config, "eval-2"), domain="text-game",
-                   pairs=[("inventory", "You carry a key.")])
-    add_trajectory(store, "train-dropped", task_in("cpt", config, "dropped"), domain="text-game",
-                   pairs=[("look", "A room."), ("inventory", "You carry a key.")])
+    add_trajectory(
+        store,
+        "eval-2",
+        task_in("eval", config, "eval-2"),
+        domain="text-game",
+        pairs=[("inventory", "You carry a key.")],
+    )
+    add_trajectory(
+        store,
+        "train-dropped",
+        task_in("cpt", config, "dropped"),
+        domain="text-game",
+        pairs=[("look", "A room."), ("inventory", "You carry a key.")],
+    )
     store.execute("INSERT INTO filter_decisions VALUES ('train-dropped', 1, 'retry_cycle', 'test', 'f', now())")
     result = split_stage.run(config, store)
-    assert pools(store) == {"eval": "eval", "eval-2": "eval", "train-cpt": "cpt", "train-sft": "sft", "train-rl": "rl",
-                            "train-dropped": "cpt"}
+    assert pools(store) == {
+        "eval": "eval",
+        "eval-2": "eval",
+        "train-cpt": "cpt",
+        "train-sft": "sft",
+        "train-rl": "rl",
+        "train-dropped": "cpt",
+    }
     [row] = result.tables["eval overlap"]
-    assert row == {"domain": "text-game", "eval_targets": 5, "in_training": 2, "share_in_training": 0.4,
-                   "in_cpt": 1, "in_sft": 1, "in_rl": 1}
+    assert row == {
+        "domain": "text-game",
+        "eval_targets": 5,
+        "in_training": 2,
+        "share_in_training": 0.4,
+        "in_cpt": 1,
+        "in_sft": 1,
+        "in_rl": 1,
+    }
     assert result.metrics["eval_targets_in_training"] == 2 and result.metrics["eval_overlap.text-game"] == 0.4
     assert "eval targets verbatim in a training pool: 2 of 5 (text-game 40.0%)" in result.summary
 
@@ -355,7 +409,9 @@ def test_pool_report(config: SimulacraConfig, store: Store) -> None:
         per_trajectory = 4 if row["domain"] == "terminal" else 3
         assert row["turns"] == row["trajectories"] * per_trajectory
         assert row["groups"] == row["trajectories"]  # no task: each trajectory its own group
-        expected = {"cpt": 0, "sft": per_trajectory, "rl": 1, "val": per_trajectory, "eval": per_trajectory}[row["pool"]]
+        expected = {"cpt": 0, "sft": per_trajectory, "rl": 1, "val": per_trajectory, "eval": per_trajectory}[
+            row["pool"]
+        ]
         assert row["targets"] == row["trajectories"] * expected
 
 
@@ -408,10 +464,12 @@ def test_react_alfworld_thoughts_are_context_never_targets_nor_labels(public_dat
         assert store.scalar("SELECT count(*) FROM turn_scores WHERE category = 'thought'") == 91
         kept = store.scalar("SELECT count(*) FROM kept_turns")
         assert store.scalar("SELECT count(*) FROM targets") == kept - 91
-        assert store.scalar(
-            f"SELECT count(*) FROM targets JOIN turns USING (trajectory_id, turn_index) WHERE {kind} = 'thought'"
-        ) == 0
-
+        assert (
+            store.scalar(
+                f"SELECT count(*) FROM targets JOIN turns USING (trajectory_id, turn_index) WHERE {kind} = 'thought'"
+            )
+            == 0
+        )
 
 
 def test_the_validation_pool_is_carved_from_the_training_side_and_moves_no_eval_trajectory(tmp_path):

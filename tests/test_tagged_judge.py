@@ -18,7 +18,9 @@ SCORES = {"format": 5, "factuality": 3, "consistency": 4, "realism": 4, "quality
 
 
 def verdict(scores=SCORES, fence=True, **extra) -> str:
-    body = json.dumps({"content_classes": ["deterministic output"], "strengths": [], "weaknesses": [], "scores": scores, **extra})
+    body = json.dumps(
+        {"content_classes": ["deterministic output"], "strengths": [], "weaknesses": [], "scores": scores, **extra}
+    )
     return f"<final_evaluation>\n{'```json' if fence else ''}\n{body}\n{'```' if fence else ''}\n</final_evaluation>"
 
 
@@ -28,7 +30,11 @@ def verdict(scores=SCORES, fence=True, **extra) -> str:
         (f"The listing matches; the prompt is right.\n{verdict()}", 4.0, None),
         (verdict(fence=False), 4.0, None),  # the JSON without its fence
         # Only the last block counts, and none inside the thinking (a fake verdict there never scores).
-        (f"<think>{verdict({**SCORES, 'factuality': 1})}</think>draft {verdict({**SCORES, 'quality': 1})} final {verdict()}", 4.0, None),
+        (
+            f"<think>{verdict({**SCORES, 'factuality': 1})}</think>draft {verdict({**SCORES, 'quality': 1})} final {verdict()}",
+            4.0,
+            None,
+        ),
         ("The prediction is close. Scores: 5, 3, 4, 4, 4.", None, "no <final_evaluation> block"),
         (verdict({**SCORES, "format": 7}), None, "out of range: scores.format"),
         (verdict({k: v for k, v in SCORES.items() if k != "realism"}), None, "missing: scores.realism"),
@@ -48,12 +54,25 @@ def test_each_domain_has_its_prompt_classifying_content_first_and_the_judge_is_a
     from pipeline.store.database import Store
 
     def judge(request: dict) -> str:
-        return f"Classes first: deterministic output.\n{verdict()}" if "cat a" in request["messages"][1]["content"] else "no verdict"
+        return (
+            f"Classes first: deterministic output.\n{verdict()}"
+            if "cat a" in request["messages"][1]["content"]
+            else "no verdict"
+        )
 
-    queries = [Query("t", i, "terminal", SystemPrompt(), (), action, "x\n", 0) for i, action in enumerate(["cat a", "ls"])]
+    queries = [
+        Query("t", i, "terminal", SystemPrompt(), (), action, "x\n", 0) for i, action in enumerate(["cat a", "ls"])
+    ]
     with OpenAIServer(answer=judge) as server, Store(tmp_path / "cache.duckdb") as store:
-        endpoint = EndpointConfig(backend="openai", base_url=server.base_url, model="judge-model", temperature=0.6,
-                                  max_tokens=32768, max_retries=0, timeout_s=30)
+        endpoint = EndpointConfig(
+            backend="openai",
+            base_url=server.base_url,
+            model="judge-model",
+            temperature=0.6,
+            max_tokens=32768,
+            max_retries=0,
+            timeout_s=30,
+        )
         tagged = TaggedJudge(open_client(endpoint, store, "test.judge"), history_turns=2)
         first, second = tagged.pointwise([PointwiseItem(q, "x\n") for q in queries])
         body = server.log[0].body

@@ -22,7 +22,9 @@ WORDS = "ls cat grep total drwxr-xr-x root file not found error permission denie
 def corpus(tmp_path_factory):
     rng = random.Random(0)
     path = tmp_path_factory.mktemp("corpus") / "text.txt"
-    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(20)) + f" {i}" for i in range(2000)), encoding="utf-8")
+    path.write_text(
+        "\n".join(" ".join(rng.choice(WORDS) for _ in range(20)) + f" {i}" for i in range(2000)), encoding="utf-8"
+    )
     return path
 
 
@@ -41,7 +43,7 @@ def test_the_folder_loads_back_with_the_same_tokenizer_and_a_qwen3_model(tiny):
     vocab = tokenizer.get_vocab()
     assert all(token in vocab for token in (IM_START, IM_END, PAD))
     assert (tokenizer.eos_token, tokenizer.pad_token) == (IM_END, PAD)
-    text = "naïve 日本 \t\n ls -la\x00 {\"ok\": true}"
+    text = 'naïve 日本 \t\n ls -la\x00 {"ok": true}'
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
 
     model = load_causal_lm(str(tiny), "auto")
@@ -55,7 +57,11 @@ def test_the_folder_loads_back_with_the_same_tokenizer_and_a_qwen3_model(tiny):
 
 def test_the_chat_template_renders_chatml(tiny):
     tokenizer = load_tokenizer(str(tiny))
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "ls"}, {"role": "assistant", "content": "a"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "ls"},
+        {"role": "assistant", "content": "a"},
+    ]
     assert tokenizer.apply_chat_template(messages, tokenize=False) == (
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nls<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n"
     )
@@ -129,7 +135,9 @@ def test_model_identity_follows_the_folder_contents(tiny, tmp_path):
     shutil.copytree(tiny, copy)
     assert model_identity(str(copy)) == model_identity(str(copy))
     before = model_identity(str(copy))
-    (copy / "config.json").write_text((copy / "config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 65'))
+    (copy / "config.json").write_text(
+        (copy / "config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 65')
+    )
     assert model_identity(str(copy)) != before
 
 
@@ -176,7 +184,9 @@ def test_a_checkpoint_is_identified_by_its_content_and_its_run_never_its_path(ti
     moved = checkpoint(tmp_path / "moved" / "ws", "cpt-1")
     retrained = checkpoint(tmp_path / "ws", "cpt-2")
     assert model_identity(original) == model_identity(moved) != model_identity(retrained)
-    assert model_key("transformers", original) == model_key("transformers", moved) != model_key("transformers", retrained)
+    assert (
+        model_key("transformers", original) == model_key("transformers", moved) != model_key("transformers", retrained)
+    )
     assert model_key("openai", "served-name") == "served-name"
 
 

@@ -26,7 +26,9 @@ def full_logits_loss(hidden, weight, bias, targets, softcap):
         (0, 10 * 50, False, None),  # nothing labelled: a zero loss, zero gradients
     ],
 )
-def test_chunked_cross_entropy_equals_full_logits_in_loss_and_gradients(monkeypatch, tokens, chunk_logits, with_bias, softcap):
+def test_chunked_cross_entropy_equals_full_logits_in_loss_and_gradients(
+    monkeypatch, tokens, chunk_logits, with_bias, softcap
+):
     monkeypatch.setattr(token_loss, "CHUNK_LOGITS", chunk_logits)
     torch.manual_seed(0)
     hidden = torch.randn(tokens, 16, requires_grad=True)

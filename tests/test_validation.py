@@ -28,15 +28,21 @@ def judge():
 
 
 def _answers(tmp_path, name, fmt, texts):
-    answers = [{"query_id": q.query_id, "text": t, "error": None if t is not None else "boom"} for q, t in zip(QUERIES, texts)]
-    (tmp_path / f"validation_{name}.json").write_text(json.dumps({"format": fmt.name, "model": "m", "answers": answers}))
+    answers = [
+        {"query_id": q.query_id, "text": t, "error": None if t is not None else "boom"} for q, t in zip(QUERIES, texts)
+    ]
+    (tmp_path / f"validation_{name}.json").write_text(
+        json.dumps({"format": fmt.name, "model": "m", "answers": answers})
+    )
 
 
 def test_a_direct_empty_answer_is_judged_and_a_failed_generation_is_left_out(judge, tmp_path):
     _answers(tmp_path, "after", SFT_DIRECT, ["", "hi\n", None])
     rows = validation.score(QUERIES, tmp_path, "after", judge)
     # `mkdir x` prints nothing: the empty answer is right (100); the exact echo too; the failure has no score.
-    assert rows["t0:0"]["score"] == pytest.approx(100.0, abs=0.1) and rows["t1:0"]["score"] == pytest.approx(100.0, abs=0.1)
+    assert rows["t0:0"]["score"] == pytest.approx(100.0, abs=0.1) and rows["t1:0"]["score"] == pytest.approx(
+        100.0, abs=0.1
+    )
     assert rows["t2:0"] == {"status": "generation_failed", "score": None}
 
 
@@ -48,7 +54,9 @@ def test_an_answer_not_in_its_format_is_scored_as_the_empty_observation(judge, t
     direct = validation.score(QUERIES, tmp_path, "direct", judge)
     assert thinking["t1:0"]["status"] == "missing_think" and direct["t1:0"]["status"] == "think_tag_in_direct"
     assert thinking["t1:0"]["score"] == direct["t1:0"]["score"] < 50
-    assert thinking["t2:0"]["score"] == pytest.approx(100.0, abs=0.1) and direct["t2:0"]["score"] == pytest.approx(100.0, abs=0.1)
+    assert thinking["t2:0"]["score"] == pytest.approx(100.0, abs=0.1) and direct["t2:0"]["score"] == pytest.approx(
+        100.0, abs=0.1
+    )
 
 
 def _rows(scores, status="ok"):
@@ -72,15 +80,22 @@ def test_a_stage_that_made_the_model_worse_says_so_in_words():
 
 
 def test_the_parse_rate_counts_answers_in_format_among_those_answered():
-    rows = {**_rows([50, 60]), "bad": {"status": "think_tag_in_direct", "score": 0.0},
-            "failed": {"status": "generation_failed", "score": None}}
+    rows = {
+        **_rows([50, 60]),
+        "bad": {"status": "think_tag_in_direct", "score": 0.0},
+        "failed": {"status": "generation_failed", "score": None},
+    }
     assert validation.metrics(rows, rows, "semantic")["val_parse_rate_after"] == pytest.approx(2 / 3)
 
 
-def test_the_next_stage_reads_the_previous_stages_answers_instead_of_asking_again(tiny_chat_model, tmp_path, monkeypatch):
+def test_the_next_stage_reads_the_previous_stages_answers_instead_of_asking_again(
+    tiny_chat_model, tmp_path, monkeypatch
+):
     from pipeline.config import load_config, parse_override
 
-    config = load_config(None, [parse_override(f"workspace.path={tmp_path / 'ws'}"), parse_override("validation.max_tokens=8")])
+    config = load_config(
+        None, [parse_override(f"workspace.path={tmp_path / 'ws'}"), parse_override("validation.max_tokens=8")]
+    )
     first, second = tmp_path / "cpt-run", tmp_path / "sft-run"
     first.mkdir(), second.mkdir()
     validation.predict(config, QUERIES, str(tiny_chat_model), NON_THINKING, first, "after")
@@ -101,18 +116,29 @@ def test_the_next_stage_reads_the_previous_stages_answers_instead_of_asking_agai
 def test_measure_is_computed_once_per_run(tiny_chat_model, tmp_path, monkeypatch):
     from pipeline.config import load_config, parse_override
 
-    config = load_config(None, [parse_override(f"workspace.path={tmp_path / 'ws'}"), parse_override("validation.max_tokens=8")])
+    config = load_config(
+        None, [parse_override(f"workspace.path={tmp_path / 'ws'}"), parse_override("validation.max_tokens=8")]
+    )
     run = tmp_path / "run"
     run.mkdir()
-    measured = validation.measure(config, QUERIES, run, (str(tiny_chat_model), NON_THINKING),
-                                  (str(tiny_chat_model), SFT_DIRECT))
+    measured = validation.measure(
+        config, QUERIES, run, (str(tiny_chat_model), NON_THINKING), (str(tiny_chat_model), SFT_DIRECT)
+    )
     assert measured["val_queries"] == 3 and measured["val_format_after"] == "direct"
     assert set(validation.target_scores(run)) == {q.query_id for q in QUERIES}
     monkeypatch.setattr(validation, "predict", lambda *a, **k: pytest.fail("measured twice"))
-    assert validation.measure(config, QUERIES, run, (str(tiny_chat_model), NON_THINKING),
-                              (str(tiny_chat_model), SFT_DIRECT)) == measured
-    assert validation.measure(config, [], tmp_path, (str(tiny_chat_model), NON_THINKING),
-                              (str(tiny_chat_model), SFT_DIRECT)) == {}
+    assert (
+        validation.measure(
+            config, QUERIES, run, (str(tiny_chat_model), NON_THINKING), (str(tiny_chat_model), SFT_DIRECT)
+        )
+        == measured
+    )
+    assert (
+        validation.measure(
+            config, [], tmp_path, (str(tiny_chat_model), NON_THINKING), (str(tiny_chat_model), SFT_DIRECT)
+        )
+        == {}
+    )
 
 
 # -- export ships the best validation score -----------------------------------------------------------
@@ -120,13 +146,17 @@ def _register(store, tmp_path, stage, score, scores_after, scores_before=None, c
     run = tmp_path / stage
     (run / "model").mkdir(parents=True)
     (run / "model" / "config.json").write_text("{}")
-    rows = {"after": {k: {"status": "ok", "score": v} for k, v in scores_after.items()},
-            "before": {k: {"status": "ok", "score": v} for k, v in (scores_before or {}).items()}}
+    rows = {
+        "after": {k: {"status": "ok", "score": v} for k, v in scores_after.items()},
+        "before": {k: {"status": "ok", "score": v} for k, v in (scores_before or {}).items()},
+    }
     (run / validation.SCORES_FILE).write_text(json.dumps(rows))
     metrics = {"val_score_after": score} if score is not None else {}
-    store.execute("INSERT INTO checkpoints (checkpoint_id, stage, fingerprint, path, base_model, created_at, metrics) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                  [f"{stage}-1", stage, "f", str(run / "model"), "base", created, json.dumps(metrics)])
+    store.execute(
+        "INSERT INTO checkpoints (checkpoint_id, stage, fingerprint, path, base_model, created_at, metrics) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [f"{stage}-1", stage, "f", str(run / "model"), "base", created, json.dumps(metrics)],
+    )
 
 
 @pytest.fixture()
@@ -148,7 +178,10 @@ def test_export_ships_the_best_validation_score_and_names_the_runner_up(store, t
     assert (choice.chosen.stage, choice.runner_up.stage, choice.base_score) == ("sft", "cpt", 40.0)
     assert choice.margin.measurable and choice.margin.low > 0
     words = choice.words()
-    assert words.startswith("sft (validation score 52.0) over the runner-up cpt (45.0): +7.5") and "a measurable margin" in words
+    assert (
+        words.startswith("sft (validation score 52.0) over the runner-up cpt (45.0): +7.5")
+        and "a measurable margin" in words
+    )
     assert "above the base model's 40.0" in words
 
 

@@ -61,9 +61,13 @@ def folder(tmp_path_factory):
     shape = TinyModelConfig(max_position_embeddings=512, num_heads=1)  # head size 64 (docstring)
     model = build_tiny_model(shape, [REPO / "data/demo/terminal.jsonl"], root / "tiny")
     teach(model, REQUEST["messages"], THINKING_ANSWER)
-    return write_export(model, root / "export", prompt_format("sft"),
-                        {"model_name": MODEL, "fingerprint": "test", "context_length": 512,
-                         "max_history_chars": 24_000}, "# card\n")
+    return write_export(
+        model,
+        root / "export",
+        prompt_format("sft"),
+        {"model_name": MODEL, "fingerprint": "test", "context_length": 512, "max_history_chars": 24_000},
+        "# card\n",
+    )
 
 
 @contextmanager
@@ -72,11 +76,23 @@ def serving(arguments: list[str], log: Path) -> Iterator[str]:
     its output in `log`; yields the /v1 base URL once /v1/models answers, and stops the group after."""
     port = _free_port()
     bin_dir = str(Path(sys.executable).parent)  # where `vllm` was installed with this interpreter
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
     with log.open("w") as output:
-        process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", *arguments, "--port", str(port)],
-                                   cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "serve", *arguments, "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
@@ -86,8 +102,10 @@ def serving(arguments: list[str], log: Path) -> Iterator[str]:
                 break
             except httpx.HTTPError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"simulacra serve {' '.join(arguments)} did not start; its output ends:\n"
-                                + log.read_text(errors="replace")[-4000:])
+                    pytest.fail(
+                        f"simulacra serve {' '.join(arguments)} did not start; its output ends:\n"
+                        + log.read_text(errors="replace")[-4000:]
+                    )
                 time.sleep(1)
         yield base_url
     finally:
@@ -103,8 +121,9 @@ def serving(arguments: list[str], log: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def vllm_server(folder, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "vllm.log"
-    with serving([str(folder), "--engine", "vllm", "--", "--enforce-eager", "--gpu-memory-utilization", "0.2"],
-                 log) as base_url:
+    with serving(
+        [str(folder), "--engine", "vllm", "--", "--enforce-eager", "--gpu-memory-utilization", "0.2"], log
+    ) as base_url:
         yield base_url
 
 
@@ -137,7 +156,9 @@ def test_the_cards_request_gets_the_cpu_servers_greedy_answer(vllm_client, cpu_c
     split = cpu_client.chat.completions.create(**REQUEST)
     assert served.choices[0].message.content == raw.choices[0].message.content == THINKING_ANSWER
     assert split_thinking(served.choices[0].message.content) == (
-        split.choices[0].message.model_extra["reasoning_content"], split.choices[0].message.content)
+        split.choices[0].message.model_extra["reasoning_content"],
+        split.choices[0].message.content,
+    )
     assert served.choices[0].finish_reason == raw.choices[0].finish_reason == "stop"  # at <|im_end|>
     assert served.usage.prompt_tokens == raw.usage.prompt_tokens
     assert served.usage.completion_tokens == raw.usage.completion_tokens
@@ -175,15 +196,24 @@ def test_vllm_renders_the_training_prompt_token_for_token(vllm_server, cpu_clien
     from pipeline.store.schema import ScoredTurn
     from pipeline.training.sequences import SequenceBuilder
 
-    response = httpx.post(vllm_server.removesuffix("/v1") + "/tokenize",
-                          json={"model": MODEL, "messages": REQUEST["messages"], "add_generation_prompt": True})
+    response = httpx.post(
+        vllm_server.removesuffix("/v1") + "/tokenize",
+        json={"model": MODEL, "messages": REQUEST["messages"], "add_generation_prompt": True},
+    )
     response.raise_for_status()
     rendered = response.json()["tokens"]
     turns = [m["content"] for m in REQUEST["messages"] if m["role"] in ("user", "assistant")]
     history = [ScoredTurn(i, a, o, "history", 1.0) for i, (a, o) in enumerate(zip(turns[:-1:2], turns[1::2]))]
     builder = SequenceBuilder(AutoTokenizer.from_pretrained(folder), 1 << 20, 0)
-    sample = sft_sequence(builder, "card", TEMPLATES[0].render(EXAMPLE_DOMAIN, SystemPrompt(**EXAMPLE_SYSTEM)),
-                          history, turns[-1], THINKING_ANSWER, len(history))
+    sample = sft_sequence(
+        builder,
+        "card",
+        TEMPLATES[0].render(EXAMPLE_DOMAIN, SystemPrompt(**EXAMPLE_SYSTEM)),
+        history,
+        turns[-1],
+        THINKING_ANSWER,
+        len(history),
+    )
     labelled = next(i for i, label in enumerate(sample.sequence.labels) if label != -100)
     assert rendered == sample.sequence.input_ids[:labelled]
     assert len(rendered) == cpu_client.chat.completions.create(**REQUEST).usage.prompt_tokens

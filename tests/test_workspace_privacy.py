@@ -77,7 +77,12 @@ def test_another_user_reads_neither_the_store_nor_prefects_database(shared_folde
     if not system.is_file():
         pytest.skip("needs /usr/bin/python3")
     completed = subprocess.run(
-        [str(system), "-I", "-c", read, *targets], user=65534, group=65534, extra_groups=[],
-        capture_output=True, text=True, check=True,
+        [str(system), "-I", "-c", read, *targets],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert completed.stdout == ""

@@ -87,11 +87,18 @@ def build(out: Path) -> dict[str, object]:
     calls_per_message = [[len(m.get("tool_calls") or []) for m in c["messages"]] for c in conversations]
     tool_turns = [sum(calls) for calls in calls_per_message]
     counts = {
-        "terminal": len(terminal), "terminal_turns": sum(terminal_turns), "terminal_range": span(terminal_turns),
+        "terminal": len(terminal),
+        "terminal_turns": sum(terminal_turns),
+        "terminal_range": span(terminal_turns),
         "terminal_families": len(TERMINAL_TASKS),
-        "tool": len(conversations), "tool_turns": sum(tool_turns), "tool_range": span(tool_turns),
+        "tool": len(conversations),
+        "tool_turns": sum(tool_turns),
+        "tool_range": span(tool_turns),
         "parallel": sum(max(calls) > 1 for calls in calls_per_message),
-        "games": TEXT_GAMES, "game_turns": sum(game_turns), "game_range": span(game_turns), "solved": solved,
+        "games": TEXT_GAMES,
+        "game_turns": sum(game_turns),
+        "game_range": span(game_turns),
+        "solved": solved,
         "flawed": len(flawed),
         "terminal_verifiers": sum("verifier" in turn.metadata for t in terminal for turn in t.turns),
         "tool_verifiers": sum("verifier" in m for c in conversations for m in c["messages"]),

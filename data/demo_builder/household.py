@@ -8,37 +8,92 @@ from dataclasses import dataclass
 # Room -> (receptacle type -> (fewest, most, openable?); object type -> receptacle types it is found in).
 ROOMS = {
     "kitchen": (
-        {"cabinet": (3, 8, True), "countertop": (1, 2, False), "drawer": (1, 3, True), "fridge": (1, 1, True),
-         "microwave": (1, 1, True), "sinkbasin": (1, 1, False), "stoveburner": (2, 4, False),
-         "diningtable": (1, 1, False),
-         "garbagecan": (1, 1, False), "coffeemachine": (1, 1, False), "toaster": (1, 1, False), "shelf": (1, 2, False)},
-        {"apple": ["countertop", "diningtable", "fridge", "garbagecan"],
-         "mug": ["cabinet", "coffeemachine", "countertop", "shelf"],
-         "cup": ["cabinet", "countertop", "diningtable", "fridge"], "potato": ["fridge", "countertop", "garbagecan"],
-         "egg": ["fridge", "countertop", "diningtable"], "lettuce": ["fridge", "diningtable", "countertop"],
-         "tomato": ["fridge", "countertop", "diningtable"], "plate": ["cabinet", "countertop", "diningtable"],
-         "bowl": ["cabinet", "shelf", "diningtable"], "knife": ["drawer", "countertop", "diningtable"],
-         "spoon": ["drawer", "diningtable", "countertop"], "pan": ["stoveburner", "cabinet", "countertop"],
-         "bread": ["countertop", "diningtable"]},
+        {
+            "cabinet": (3, 8, True),
+            "countertop": (1, 2, False),
+            "drawer": (1, 3, True),
+            "fridge": (1, 1, True),
+            "microwave": (1, 1, True),
+            "sinkbasin": (1, 1, False),
+            "stoveburner": (2, 4, False),
+            "diningtable": (1, 1, False),
+            "garbagecan": (1, 1, False),
+            "coffeemachine": (1, 1, False),
+            "toaster": (1, 1, False),
+            "shelf": (1, 2, False),
+        },
+        {
+            "apple": ["countertop", "diningtable", "fridge", "garbagecan"],
+            "mug": ["cabinet", "coffeemachine", "countertop", "shelf"],
+            "cup": ["cabinet", "countertop", "diningtable", "fridge"],
+            "potato": ["fridge", "countertop", "garbagecan"],
+            "egg": ["fridge", "countertop", "diningtable"],
+            "lettuce": ["fridge", "diningtable", "countertop"],
+            "tomato": ["fridge", "countertop", "diningtable"],
+            "plate": ["cabinet", "countertop", "diningtable"],
+            "bowl": ["cabinet", "shelf", "diningtable"],
+            "knife": ["drawer", "countertop", "diningtable"],
+            "spoon": ["drawer", "diningtable", "countertop"],
+            "pan": ["stoveburner", "cabinet", "countertop"],
+            "bread": ["countertop", "diningtable"],
+        },
     ),
     "bathroom": (
-        {"cabinet": (2, 4, True), "countertop": (1, 1, False), "drawer": (1, 3, True), "sinkbasin": (1, 2, False),
-         "toilet": (1, 1, False), "towelholder": (1, 1, False), "garbagecan": (1, 1, False), "shelf": (1, 2, False)},
-        {"soapbar": ["countertop", "sinkbasin", "cabinet", "toilet"], "cloth": ["cabinet", "countertop", "drawer"],
-         "spraybottle": ["cabinet", "toilet", "shelf"], "toiletpaper": ["cabinet", "shelf", "toilet"],
-         "candle": ["countertop", "shelf", "cabinet"], "towel": ["towelholder", "countertop"]},
+        {
+            "cabinet": (2, 4, True),
+            "countertop": (1, 1, False),
+            "drawer": (1, 3, True),
+            "sinkbasin": (1, 2, False),
+            "toilet": (1, 1, False),
+            "towelholder": (1, 1, False),
+            "garbagecan": (1, 1, False),
+            "shelf": (1, 2, False),
+        },
+        {
+            "soapbar": ["countertop", "sinkbasin", "cabinet", "toilet"],
+            "cloth": ["cabinet", "countertop", "drawer"],
+            "spraybottle": ["cabinet", "toilet", "shelf"],
+            "toiletpaper": ["cabinet", "shelf", "toilet"],
+            "candle": ["countertop", "shelf", "cabinet"],
+            "towel": ["towelholder", "countertop"],
+        },
     ),
     "bedroom": (
-        {"desk": (1, 1, False), "sidetable": (1, 2, False), "drawer": (2, 5, True), "shelf": (1, 3, False),
-         "bed": (1, 1, False), "dresser": (1, 1, False), "garbagecan": (1, 1, False)},
-        {"book": ["desk", "bed", "shelf", "sidetable"], "cd": ["drawer", "desk", "shelf"],
-         "cellphone": ["bed", "desk", "sidetable", "dresser"], "keychain": ["drawer", "dresser", "sidetable"],
-         "pen": ["desk", "drawer", "sidetable"], "alarmclock": ["desk", "sidetable", "dresser"],
-         "creditcard": ["drawer", "desk", "dresser"], "pillow": ["bed"]},
+        {
+            "desk": (1, 1, False),
+            "sidetable": (1, 2, False),
+            "drawer": (2, 5, True),
+            "shelf": (1, 3, False),
+            "bed": (1, 1, False),
+            "dresser": (1, 1, False),
+            "garbagecan": (1, 1, False),
+        },
+        {
+            "book": ["desk", "bed", "shelf", "sidetable"],
+            "cd": ["drawer", "desk", "shelf"],
+            "cellphone": ["bed", "desk", "sidetable", "dresser"],
+            "keychain": ["drawer", "dresser", "sidetable"],
+            "pen": ["desk", "drawer", "sidetable"],
+            "alarmclock": ["desk", "sidetable", "dresser"],
+            "creditcard": ["drawer", "desk", "dresser"],
+            "pillow": ["bed"],
+        },
     ),
 }
 CLEANABLE = {
-    "apple", "mug", "cup", "potato", "lettuce", "tomato", "plate", "bowl", "knife", "spoon", "pan", "soapbar", "cloth",
+    "apple",
+    "mug",
+    "cup",
+    "potato",
+    "lettuce",
+    "tomato",
+    "plate",
+    "bowl",
+    "knife",
+    "spoon",
+    "pan",
+    "soapbar",
+    "cloth",
 }
 HEATABLE = {"apple", "mug", "cup", "potato", "egg", "tomato", "plate", "bread"}
 COOLABLE = {"apple", "mug", "cup", "potato", "lettuce", "tomato", "plate", "bowl", "pan", "bread"}
@@ -166,7 +221,8 @@ def goal_met(game: Household, task: GameTask) -> bool:
     wanted = STATE_FOR.get(task.kind)
     return any(
         thing.startswith(task.target_object + " ") and (wanted is None or wanted in game.states.get(thing, set()))
-        for receptacle, things in game.contents.items() if receptacle.startswith(task.target_receptacle + " ")
+        for receptacle, things in game.contents.items()
+        if receptacle.startswith(task.target_receptacle + " ")
         for thing in things
     )
 

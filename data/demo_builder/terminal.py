@@ -31,8 +31,14 @@ TERMINAL_ACTION_SPACE = (
 # text of error messages and tracebacks depends on them, so a rebuild elsewhere matches the
 # committed corpus only when they match.
 TOOL_VERSIONS = [
-    "bash --version", "ls --version", "grep --version", "sed --version", "find --version",
-    "tar --version", "diff --version", "python3 --version",
+    "bash --version",
+    "ls --version",
+    "grep --version",
+    "sed --version",
+    "find --version",
+    "tar --version",
+    "diff --version",
+    "python3 --version",
 ]
 
 
@@ -50,8 +56,13 @@ class Sandbox:
         shims.mkdir()
         (shims / "python3").symlink_to(sys.executable)
         self.env = {
-            "PATH": f"{shims}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home), "LC_ALL": "C", "TZ": "UTC",
-            "USER": "user", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+            "PATH": f"{shims}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "LC_ALL": "C",
+            "TZ": "UTC",
+            "USER": "user",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
 
     def __enter__(self) -> "Sandbox":
@@ -70,8 +81,13 @@ class Sandbox:
 
     def run(self, command: str) -> tuple[str, int]:
         completed = subprocess.run(
-            ["bash", "-c", command], cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+            ["bash", "-c", command],
+            cwd=self.work,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=30,
         )
         text = completed.stdout.decode("utf-8", "replace").replace(str(self.home), HOME)
         return text, completed.returncode
@@ -80,8 +96,11 @@ class Sandbox:
 def terminal_system(files: dict[str, str]) -> SystemPrompt:
     """The system prompt of a terminal trajectory: the seeded files are its initial state."""
     listing = "\n".join(f"  {path} ({len(files[path].encode())} bytes)" for path in sorted(files))
-    return SystemPrompt(task_description=TERMINAL_TASK_DESCRIPTION, action_space=TERMINAL_ACTION_SPACE,
-                        initial_state=f"Working directory {WORKDIR} (home {HOME}) contains:\n{listing}")
+    return SystemPrompt(
+        task_description=TERMINAL_TASK_DESCRIPTION,
+        action_space=TERMINAL_ACTION_SPACE,
+        initial_state=f"Working directory {WORKDIR} (home {HOME}) contains:\n{listing}",
+    )
 
 
 def shell_turn(command: str, output: str, code: int = 0, **metadata: object) -> Turn:
@@ -110,7 +129,11 @@ def terminal_trajectory(index: int) -> Trajectory:
         sandbox.seed(task.files)
         turns = [task_turn(task, command, *sandbox.run(command)) for command in commands]
     return Trajectory(
-        source=SOURCE, domain="terminal", task=task.task, turns=turns, system=terminal_system(task.files),
+        source=SOURCE,
+        domain="terminal",
+        task=task.task,
+        turns=turns,
+        system=terminal_system(task.files),
         outcome_reward=1.0 if task.done_when in turns[-1].observation else 0.0,
         metadata={"environment": "bash", "task_family": task.family, "seed": f"terminal-{index}"},
     )

@@ -42,15 +42,29 @@ class ToolConversation:
 
     def parallel(self, *calls: tuple[str, dict]) -> list[dict]:
         ids = ["call_" + "".join(self.rng.choices(CALL_ID_ALPHABET, k=24)) for _ in calls]
-        self.messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-            for call_id, (name, arguments) in zip(ids, calls)]})
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                    for call_id, (name, arguments) in zip(ids, calls)
+                ],
+            }
+        )
         results = []
         for call_id, (name, arguments) in zip(ids, calls):
             result = self.store.call(name, arguments)
             # Every reply is a JSON object whose keys the service fixes: the rule reward checks them.
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": json.dumps(result),
-                                  "verifier": json_keys_verifier(list(result))})
+            self.messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": name,
+                    "content": json.dumps(result),
+                    "verifier": json_keys_verifier(list(result)),
+                }
+            )
             results.append(result)
         self.calls += len(calls)
         return results
@@ -72,8 +86,10 @@ def customer_orders(chat: ToolConversation, customer_id: str, status: str | None
         page += 1
 
 
-def pick_customer(chat: ToolConversation, wanted: Callable[[dict], bool] = lambda order: True,
-                  ) -> tuple[str, list[dict]]:
+def pick_customer(
+    chat: ToolConversation,
+    wanted: Callable[[dict], bool] = lambda order: True,
+) -> tuple[str, list[dict]]:
     """A customer id with at least one order matching `wanted` (chosen from the service's state)."""
     ids = sorted({o["customer_id"] for o in chat.store.orders.values() if wanted(o)})
     customer_id = chat.rng.choice(ids)
@@ -85,9 +101,11 @@ def scenario_buy(chat: ToolConversation) -> str | None:
     customer_id = rng.choice(sorted(store.customers))
     book = store.books[rng.choice(sorted(b for b, v in store.books.items() if v["stock"] > 0))]
     wanted = rng.choice([1, 1, 2, 3, 4])
-    chat.user(f"Hi, I'm customer {customer_id}. I'd like to buy {wanted} "
-              f"{'copy' if wanted == 1 else 'copies'} of a book by {book['author'].split()[1]}, "
-              f"something like '{book['title'].split()[-1]}'.")
+    chat.user(
+        f"Hi, I'm customer {customer_id}. I'd like to buy {wanted} "
+        f"{'copy' if wanted == 1 else 'copies'} of a book by {book['author'].split()[1]}, "
+        f"something like '{book['title'].split()[-1]}'."
+    )
     customer = chat.call("get_customer", customer_id=customer_id)
     query = book["author"].split()[1]
     page, found = 1, None
@@ -98,13 +116,17 @@ def scenario_buy(chat: ToolConversation) -> str | None:
     details = chat.call("get_book", book_id=found["book_id"])
     quantity = wanted
     if details["stock"] < wanted:
-        chat.say(f"'{details['title']}' is {money(details['price'])}, but only {details['stock']} "
-                 f"{'copy is' if details['stock'] == 1 else 'copies are'} in stock. Would you like those?")
+        chat.say(
+            f"'{details['title']}' is {money(details['price'])}, but only {details['stock']} "
+            f"{'copy is' if details['stock'] == 1 else 'copies are'} in stock. Would you like those?"
+        )
         chat.user("Yes, I'll take what you have.")
         quantity = details["stock"]
     address = customer["address"]
-    chat.say(f"To confirm: {quantity} x '{details['title']}' by {details['author']} at {money(details['price'])} each, "
-             f"shipped to {address['street']}, {address['city']}. Shall I place the order?")
+    chat.say(
+        f"To confirm: {quantity} x '{details['title']}' by {details['author']} at {money(details['price'])} each, "
+        f"shipped to {address['street']}, {address['city']}. Shall I place the order?"
+    )
     chat.user("Yes, please.")
     items = [{"book_id": details["book_id"], "quantity": quantity}]
     order = chat.call("create_order", customer_id=customer_id, items=items)
@@ -117,14 +139,18 @@ def scenario_over_stock(chat: ToolConversation) -> str | None:
     customer_id = rng.choice(sorted(store.customers))
     book = store.books[rng.choice(sorted(b for b, v in store.books.items() if 1 <= v["stock"] <= 4))]
     wanted = book["stock"] + rng.randint(1, 5 - book["stock"]) if book["stock"] < 5 else 5
-    chat.user(f"Customer {customer_id} here. Please order {wanted} copies of '{book['title']}' for my book club, "
-              "I already know I want them.")
+    chat.user(
+        f"Customer {customer_id} here. Please order {wanted} copies of '{book['title']}' for my book club, "
+        "I already know I want them."
+    )
     chat.call("search_books", query=book["title"])
     items = [{"book_id": book["book_id"], "quantity": wanted}]
     failed = chat.call("create_order", customer_id=customer_id, items=items)
     details = chat.call("get_book", book_id=book["book_id"])
-    chat.say(f"The order did not go through: {failed['error']['message']}. I can order the {details['stock']} "
-             "available copies instead. Shall I?")
+    chat.say(
+        f"The order did not go through: {failed['error']['message']}. I can order the {details['stock']} "
+        "available copies instead. Shall I?"
+    )
     chat.user("OK, go ahead with those.")
     items = [{"book_id": book["book_id"], "quantity": details["stock"]}]
     order = chat.call("create_order", customer_id=customer_id, items=items)
@@ -140,8 +166,10 @@ def scenario_status(chat: ToolConversation) -> str | None:
     order = chat.call("get_order", order_id=rows[0]["order_id"])
     titles = ", ".join(f"'{line['title']}'" for line in order["items"])
     others = "; ".join(f"{row['order_id']} is {row['status']}" for row in rows[1:]) or "no other orders"
-    chat.say(f"Your latest order {order['order_id']} ({titles}) is {order['status']}, placed on "
-             f"{order['placed_on']}. Other orders: {others}.")
+    chat.say(
+        f"Your latest order {order['order_id']} ({titles}) is {order['status']}, placed on "
+        f"{order['placed_on']}. Other orders: {others}."
+    )
     return customer_id
 
 
@@ -154,13 +182,17 @@ def scenario_cancel(chat: ToolConversation) -> str | None:
     chat.user(f"I'm {customer_id}. Please cancel order {target['order_id']}, I ordered it by mistake.")
     chat.call("get_customer", customer_id=customer_id)
     order = chat.call("get_order", order_id=target["order_id"])
-    chat.say(f"Order {order['order_id']} ({len(order['items'])} item(s), {money(order['total'])}) will be cancelled "
-             "with reason 'ordered by mistake'. Confirm?")
+    chat.say(
+        f"Order {order['order_id']} ({len(order['items'])} item(s), {money(order['total'])}) will be cancelled "
+        "with reason 'ordered by mistake'. Confirm?"
+    )
     chat.user("Yes, cancel it.")
     result = chat.call("cancel_order", order_id=order["order_id"], reason="ordered by mistake")
     if "error" in result:
-        chat.say(f"I could not cancel it: the order is already {order['status']}. Once it is delivered you can "
-                 "open a return instead.")
+        chat.say(
+            f"I could not cancel it: the order is already {order['status']}. Once it is delivered you can "
+            "open a return instead."
+        )
     else:
         chat.say(f"Order {order['order_id']} is cancelled; {money(result['refund_amount'])} will be refunded.")
     return customer_id
@@ -173,12 +205,16 @@ def scenario_address(chat: ToolConversation) -> str | None:
     city, postal = rng.choice(CITIES)
     street = f"{rng.randint(10, 990)} {rng.choice(STREETS)}"
     address = {"street": street, "city": city, "postal_code": postal, "country": "USA"}
-    chat.user(f"Hi, {customer_id} here. Can you send order {target['order_id']} to {address['street']}, "
-              f"{address['city']} {address['postal_code']} instead?")
+    chat.user(
+        f"Hi, {customer_id} here. Can you send order {target['order_id']} to {address['street']}, "
+        f"{address['city']} {address['postal_code']} instead?"
+    )
     chat.call("get_customer", customer_id=customer_id)
     order = chat.call("get_order", order_id=target["order_id"])
-    chat.say(f"I'll change the shipping address of {order['order_id']} to {address['street']}, {address['city']} "
-             f"{address['postal_code']}, USA. OK?")
+    chat.say(
+        f"I'll change the shipping address of {order['order_id']} to {address['street']}, {address['city']} "
+        f"{address['postal_code']}, USA. OK?"
+    )
     chat.user("Yes.")
     if rng.random() < 0.4:
         partial = {key: value for key, value in address.items() if key != "postal_code"}
@@ -212,8 +248,10 @@ def scenario_browse(chat: ToolConversation) -> str | None:
         if details["stock"] > 0 or chat.calls >= 9:
             break
     listing = "; ".join(f"'{h['title']}' ({money(h['price'])})" for h in hits)
-    chat.say(f"We have {len(hits)} {genre} books: {listing}. The cheapest checked, '{details['title']}', has "
-             f"{details['stock']} in stock.")
+    chat.say(
+        f"We have {len(hits)} {genre} books: {listing}. The cheapest checked, '{details['title']}', has "
+        f"{details['stock']} in stock."
+    )
     return None
 
 
@@ -224,8 +262,10 @@ def scenario_coupon(chat: ToolConversation) -> str | None:
     code = rng.choice(["SPRING10", "READMORE5", "SPRING20", "WELCOME"])
     chat.user(f"I'm {customer_id}. I want one copy each of {books[0]} and {books[1]}, with coupon {code}.")
     first, second = chat.parallel(("get_book", {"book_id": books[0]}), ("get_book", {"book_id": books[1]}))
-    chat.say(f"'{first['title']}' ({money(first['price'])}) and '{second['title']}' ({money(second['price'])}) with "
-             f"coupon {code}. Place the order?")
+    chat.say(
+        f"'{first['title']}' ({money(first['price'])}) and '{second['title']}' ({money(second['price'])}) with "
+        f"coupon {code}. Place the order?"
+    )
     chat.user("Yes.")
     items = [{"book_id": book_id, "quantity": 1} for book_id in books]
     order = chat.call("create_order", customer_id=customer_id, items=items, coupon_code=code)
@@ -249,8 +289,10 @@ def scenario_return(chat: ToolConversation) -> str | None:
     chat.say(f"I'll open a return for '{line['title']}' from {order['order_id']} as damaged. Confirm?")
     chat.user("Confirmed.")
     result = chat.call("request_return", order_id=order["order_id"], book_id=line["book_id"], reason="damaged")
-    chat.say(f"Return {result['return_id']} is open; a label is on its way and {money(result['refund_amount'])} "
-             "will be refunded.")
+    chat.say(
+        f"Return {result['return_id']} is open; a label is on its way and {money(result['refund_amount'])} "
+        "will be refunded."
+    )
     return customer_id
 
 
@@ -287,8 +329,10 @@ def follow_up_orders(chat: ToolConversation, customer_id: str | None) -> None:
     chat.user("While I have you: what is going on with my other orders?")
     rows = customer_orders(chat, customer_id)
     order = chat.call("get_order", order_id=rows[-1]["order_id"])
-    chat.say(f"You have {len(rows)} order(s); the oldest, {order['order_id']} from {order['placed_on']}, is "
-             f"{order['status']}.")
+    chat.say(
+        f"You have {len(rows)} order(s); the oldest, {order['order_id']} from {order['placed_on']}, is "
+        f"{order['status']}."
+    )
 
 
 def follow_up_recommend(chat: ToolConversation, customer_id: str | None) -> None:
@@ -311,8 +355,18 @@ def follow_up_profile(chat: ToolConversation, customer_id: str | None) -> None:
     chat.say(f"We have {customer['email']}, and {address['street']}, {address['city']} {address['postal_code']}.")
 
 
-TOOL_SCENARIOS = [scenario_buy, scenario_over_stock, scenario_status, scenario_cancel, scenario_address,
-                  scenario_browse, scenario_coupon, scenario_return, scenario_typo_id, scenario_invalid_page]
+TOOL_SCENARIOS = [
+    scenario_buy,
+    scenario_over_stock,
+    scenario_status,
+    scenario_cancel,
+    scenario_address,
+    scenario_browse,
+    scenario_coupon,
+    scenario_return,
+    scenario_typo_id,
+    scenario_invalid_page,
+]
 # Follow-up requests in the same conversation; those that need the customer only follow a scenario
 # that identified one.
 FOLLOW_UPS = [(follow_up_orders, True), (follow_up_recommend, False), (follow_up_profile, True)]
@@ -331,8 +385,13 @@ def tool_call_conversation(index: int, seed: str) -> dict:
 
 def tool_exchange(conversation: dict) -> str:
     """The calls and responses of a conversation, which is what the store's content hash sees."""
-    return json.dumps([[call["function"] for call in m["tool_calls"]] if m.get("tool_calls") else m["content"]
-                       for m in conversation["messages"] if m.get("tool_calls") or m["role"] == "tool"])
+    return json.dumps(
+        [
+            [call["function"] for call in m["tool_calls"]] if m.get("tool_calls") else m["content"]
+            for m in conversation["messages"]
+            if m.get("tool_calls") or m["role"] == "tool"
+        ]
+    )
 
 
 def tool_call_conversations(count: int) -> list[dict]:

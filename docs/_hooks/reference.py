@@ -39,10 +39,17 @@ def escape(text: str) -> str:
     """Text for a table cell: `<workspace>` would be an HTML tag, `*` emphasis, `|` a new cell; code
     spans (between backticks) are left as written, where Python-Markdown reads all three literally."""
     parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
-    return "".join(part if part.startswith("`") and part.endswith("`") and len(part) > 1
-                   else part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-                   .replace("*", r"\*").replace("|", "&#124;").replace("_", r"\_")
-                   for part in parts)
+    return "".join(
+        part
+        if part.startswith("`") and part.endswith("`") and len(part) > 1
+        else part.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("*", r"\*")
+        .replace("|", "&#124;")
+        .replace("_", r"\_")
+        for part in parts
+    )
 
 
 def code(text: str) -> str:
@@ -81,11 +88,11 @@ def configuration_page() -> str:
     for name, field in SimulacraConfig.model_fields.items():
         lines += model_section(name, model_of(field.annotation), shared, level=2)
     if shared:
-        lines += ["## Shared types", "",
-                  "Models embedded in more than one place; each place links here.", ""]
+        lines += ["## Shared types", "", "Models embedded in more than one place; each place links here.", ""]
         for model, paths in shared.items():
-            lines += model_section(model.__name__, model, shared, level=3,
-                                   used_at=", ".join(code(path) for path in paths))
+            lines += model_section(
+                model.__name__, model, shared, level=3, used_at=", ".join(code(path) for path in paths)
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -114,12 +121,20 @@ def model_section(path: str, model, shared: dict, level: int, used_at: str | Non
             shown = f"[below](#{anchor(dotted + ' default')})"
         else:
             shown = "required" if default is None else code(default)
-        lines.append(f"| {code(dotted)} | {type_text(field.annotation, shared)} | {shown} | "
-                     f"{escape(field.description or '')} |")
+        lines.append(
+            f"| {code(dotted)} | {type_text(field.annotation, shared)} | {shown} | {escape(field.description or '')} |"
+        )
     lines.append("")
     for dotted, field in long_defaults:
-        lines += [f"Default of `{dotted}`:", f"{{: #{anchor(dotted + ' default')} }}", "", "```yaml",
-                  yaml_default(field).rstrip(), "```", ""]
+        lines += [
+            f"Default of `{dotted}`:",
+            f"{{: #{anchor(dotted + ' default')} }}",
+            "",
+            "```yaml",
+            yaml_default(field).rstrip(),
+            "```",
+            "",
+        ]
     for dotted, inner in nested:
         lines += model_section(dotted, inner, shared, level + 1)
     return lines
@@ -269,8 +284,16 @@ def cli_page() -> str:
         "",
     ]
     for name, command in commands(group):
-        lines += [f"## simulacra {name}", "", escape(command.help or ""), "", "```",
-                  f"simulacra [--config FILE] [--set KEY=VALUE]... {name} {usage(command)}".rstrip(), "```", ""]
+        lines += [
+            f"## simulacra {name}",
+            "",
+            escape(command.help or ""),
+            "",
+            "```",
+            f"simulacra [--config FILE] [--set KEY=VALUE]... {name} {usage(command)}".rstrip(),
+            "```",
+            "",
+        ]
         lines += parameter_table(command.params)
     return "\n".join(lines) + "\n"
 
@@ -311,7 +334,14 @@ def parameter_table(params) -> list[str]:
         else:
             value = code(param.bare_type()) + (", repeatable" if getattr(param, "multiple", False) else "")
         default = param.default
-        shown = "required" if param.required else "" if default in (None, (), []) else code(str(
-            default.name if hasattr(default, "name") and not isinstance(default, (str, Path)) else default))
+        shown = (
+            "required"
+            if param.required
+            else ""
+            if default in (None, (), [])
+            else code(
+                str(default.name if hasattr(default, "name") and not isinstance(default, (str, Path)) else default)
+            )
+        )
         rows.append(f"| {code(names)} | {value} | {shown} | {escape(getattr(param, 'help', '') or '')} |")
     return [*rows, ""] if len(rows) > 2 else []

@@ -120,6 +120,12 @@ class EvaluateConfig(Section):
 
     @model_validator(mode="after")
     def _llm_judge_has_a_model(self) -> "EvaluateConfig":
-        if self.judge.kind == "llm" and self.judge.endpoint.backend == "transformers" and self.judge.endpoint.model is None:
-            raise ValueError("judge: an `llm` judge on the transformers backend needs `endpoint.model` (a judge is not the evaluated model)")
+        if (
+            self.judge.kind == "llm"
+            and self.judge.endpoint.backend == "transformers"
+            and self.judge.endpoint.model is None
+        ):
+            raise ValueError(
+                "judge: an `llm` judge on the transformers backend needs `endpoint.model` (a judge is not the evaluated model)"
+            )
         return self

@@ -147,10 +147,14 @@ class EndpointConfig(Section):
         if url is None:
             return url
         parts = urlsplit(url)
-        named = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if name.lower() in CREDENTIAL_PARAMETERS]
+        named = [
+            name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if name.lower() in CREDENTIAL_PARAMETERS
+        ]
         if parts.username is None and parts.password is None and not named:
             return url
-        where = "user info" if parts.username is not None or parts.password is not None else f"query parameter `{named[0]}`"
+        where = (
+            "user info" if parts.username is not None or parts.password is not None else f"query parameter `{named[0]}`"
+        )
         variable = info.data.get("api_key_env") or "OPENAI_API_KEY"
         raise PydanticCustomError(
             CREDENTIALS_IN_URL,

@@ -54,7 +54,11 @@ class RewardConfig(Section):
     def _weights(self) -> "RewardConfig":
         if self.main_weight + self.rule_weight <= 0:
             raise ValueError("main_weight and rule_weight are both 0: no reward would reach the policy")
-        if self.judge.kind == "llm" and self.judge.endpoint.backend == "transformers" and self.judge.endpoint.model is None:
+        if (
+            self.judge.kind == "llm"
+            and self.judge.endpoint.backend == "transformers"
+            and self.judge.endpoint.model is None
+        ):
             raise ValueError("judge: an `llm` judge on the transformers backend needs `endpoint.model`")
         return self
 
@@ -200,7 +204,9 @@ class RLConfig(Section):
         description="Peak learning rate (constant after warm-up). RL moves a fine-tuned model a little: TRL's GRPO "
         "default, an order of magnitude below SFT's.",
     )
-    warmup_fraction: float = Field(default=0.0, ge=0, lt=1, description="Share of max_steps warming the learning rate up.")
+    warmup_fraction: float = Field(
+        default=0.0, ge=0, lt=1, description="Share of max_steps warming the learning rate up."
+    )
     max_steps: int = Field(default=200, ge=1, description="Optimizer steps.")
     save_steps: int = Field(default=25, ge=1, description="Checkpoint every this many steps (the resume point).")
     seed: int = Field(default=0, description="Seed of the prompt choice, the control instructions and training.")

@@ -25,7 +25,9 @@ CATEGORIES: tuple[str, ...] = (*SIGNATURES, THOUGHT)
 class KeepRatios(Section):
     """Fraction of an observation's tokens that count in the CPT loss, per category (paper's table)."""
 
-    echo: float = Field(default=0.05, ge=0, le=1, description="Observation repeats the action: almost nothing to learn.")
+    echo: float = Field(
+        default=0.05, ge=0, le=1, description="Observation repeats the action: almost nothing to learn."
+    )
     boilerplate: float = Field(default=0.10, ge=0, le=1, description="Mostly the action's words with fixed framing.")
     transform: float = Field(default=0.50, ge=0, le=1, description="A shorter rewrite of what the action said.")
     expansion: float = Field(default=1.00, ge=0, le=1, description="Builds on the action with much new content.")
@@ -37,7 +39,7 @@ class KeepRatios(Section):
         ge=0,
         le=1,
         description="The agent thinking aloud (ReAct's `think:`, OpenHands' and tau-bench's think actions), answered "
-        "with a fixed acknowledgement (\"OK.\"), not by the environment: not the paper's, which has no such turns. 0: "
+        'with a fixed acknowledgement ("OK."), not by the environment: not the paper\'s, which has no such turns. 0: '
         "the answer stays in the context of later turns but is never a label, since predicting it teaches nothing "
         "about the environment.",
     )
@@ -67,7 +69,9 @@ class ScoreConfig(Section):
     retrieval_novelty_min: float = Field(default=0.6, ge=0, le=1, description="retrieval: Nov >= this (paper 0.6).")
     retrieval_ratio_min: float = Field(default=1.0, ge=0, description="retrieval: R > this (paper 1).")
     action_novelty_min: float = Field(default=0.5, ge=0, le=1, description="action: Nov >= this (paper 0.5).")
-    action_ratio_max: float = Field(default=1.0, ge=0, description="action: R <= this (paper 1) or a short observation.")
+    action_ratio_max: float = Field(
+        default=1.0, ge=0, description="action: R <= this (paper 1) or a short observation."
+    )
     short_observation_chars: int = Field(
         default=80,
         ge=0,

@@ -25,7 +25,9 @@ class GeneratorConfig(Section):
         "nearest-neighbour baseline, the observation of the most similar (action, recent history) of the cpt "
         "pool; a real but weak world model, reported as one.",
     )
-    samples: int = Field(default=3, ge=1, le=16, description="Candidates this generator writes per query (paper: K=3 in all).")
+    samples: int = Field(
+        default=3, ge=1, le=16, description="Candidates this generator writes per query (paper: K=3 in all)."
+    )
     endpoint: EndpointConfig = Field(
         default_factory=lambda: EndpointConfig(max_tokens=512),
         description="kind `endpoint`: where the model is (ignored by `retrieval`). 512 tokens hold a thinking "
@@ -113,7 +115,9 @@ class SFTConfig(TrainingSettings):
         "batch in progress (and its answers are in the LLM cache, so they are not asked again).",
     )
     # --- judging and selection ------------------------------------------------------------------
-    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Who scores the candidates against the real observation.")
+    judge: JudgeConfig = Field(
+        default_factory=JudgeConfig, description="Who scores the candidates against the real observation."
+    )
     min_score: float = Field(
         default=3.0,
         ge=0,
@@ -176,8 +180,14 @@ class SFTConfig(TrainingSettings):
 
     @model_validator(mode="after")
     def _llm_judge_has_a_model(self) -> "SFTConfig":
-        if self.judge.kind == "llm" and self.judge.endpoint.backend == "transformers" and self.judge.endpoint.model is None:
-            raise ValueError("judge: an `llm` judge on the transformers backend needs `endpoint.model` (a judge is not the CPT checkpoint)")
+        if (
+            self.judge.kind == "llm"
+            and self.judge.endpoint.backend == "transformers"
+            and self.judge.endpoint.model is None
+        ):
+            raise ValueError(
+                "judge: an `llm` judge on the transformers backend needs `endpoint.model` (a judge is not the CPT checkpoint)"
+            )
         return self
 
     @property

@@ -23,8 +23,10 @@ class OwnerLockedOut(UserFixableError):
     owner (issue 29.2: `ingest` left a 0555 workspace 0700)."""
 
     def __init__(self, folder: Path, mode: int):
-        super().__init__(f"cannot write {folder}: it is mode {mode:04o}, which withholds rwx from its owner, and an owner's own "
-                         f"permissions are theirs to change: `chmod u+rwx {folder}`, or set `workspace.path` to another folder")
+        super().__init__(
+            f"cannot write {folder}: it is mode {mode:04o}, which withholds rwx from its owner, and an owner's own "
+            f"permissions are theirs to change: `chmod u+rwx {folder}`, or set `workspace.path` to another folder"
+        )
 
 
 def make_private(folder: Path) -> Path:

@@ -104,8 +104,9 @@ def target_positions(trajectory: Trajectory, target_field: str) -> tuple[list[in
     return [i for i, turn in enumerate(trajectory.turns) if turn.metadata.get("kind") != THOUGHT], False
 
 
-def _items(path: Path, target_field: str, max_history_chars: int | None, read: BenchmarkRead,
-           seen: set[str]) -> Iterator[BenchmarkItem]:
+def _items(
+    path: Path, target_field: str, max_history_chars: int | None, read: BenchmarkRead, seen: set[str]
+) -> Iterator[BenchmarkItem]:
     """One file's items, each target turn with its history; an item already read is counted, not repeated."""
     for trajectory in _trajectories(path, read):
         try:
@@ -119,17 +120,30 @@ def _items(path: Path, target_field: str, max_history_chars: int | None, read: B
         marker = trajectory.metadata.get("response_marker")
         for position in positions:
             earlier = turns[:position]
-            history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
-            query = Query(trajectory_id, position, trajectory.domain, trajectory.system, history,
-                          turns[position].action, turns[position].observation, left_out)
+            history, left_out = (
+                (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
+            )
+            query = Query(
+                trajectory_id,
+                position,
+                trajectory.domain,
+                trajectory.system,
+                history,
+                turns[position].action,
+                turns[position].observation,
+                left_out,
+            )
             if query.query_id in seen:
                 read.duplicates += 1
                 continue
             seen.add(query.query_id)
             read.designated += designated
             read.every_turn += not designated
-            yield BenchmarkItem(query, system_prompt if isinstance(system_prompt, str) else None,
-                                marker if isinstance(marker, str) else None)
+            yield BenchmarkItem(
+                query,
+                system_prompt if isinstance(system_prompt, str) else None,
+                marker if isinstance(marker, str) else None,
+            )
 
 
 def chosen_items(items: list[BenchmarkItem], limit: int | None, seed: int) -> list[BenchmarkItem]:
@@ -138,8 +152,13 @@ def chosen_items(items: list[BenchmarkItem], limit: int | None, seed: int) -> li
     return [item for item in items if (item.query.trajectory_id, item.query.turn_index) in chosen]
 
 
-def read_benchmark(paths: Sequence[str], target_field: str, max_history_chars: int | None,
-                   max_items_per_path: int | None = None, seed: int = 0) -> BenchmarkRead:
+def read_benchmark(
+    paths: Sequence[str],
+    target_field: str,
+    max_history_chars: int | None,
+    max_items_per_path: int | None = None,
+    seed: int = 0,
+) -> BenchmarkRead:
     read = BenchmarkRead()
     seen: set[str] = set()
     for name in paths:
@@ -155,5 +174,5 @@ def strip_marker(text: str, marker: str | None) -> str:
     if not marker:
         return text
     if text.startswith(marker):
-        return text[len(marker):].strip()
+        return text[len(marker) :].strip()
     return text.replace(marker, "").strip()

@@ -108,11 +108,20 @@ class Comparison:
         return f"{self.model} vs {self.compared_with} {self.verdict} {self.change}"
 
     def row(self) -> dict[str, Any]:
-        return {"model": self.model, "compared_with": self.compared_with, "relation": self.relation,
-                "domain": self.domain, "measure": self.measure, "difference": self.difference.mean,
-                "low": self.difference.low, "high": self.difference.high, "targets": self.difference.n,
-                "verdict": self.verdict, "change": self.change,
-                "comparison": f"{self.model} vs {self.compared_with} {self.change}"}
+        return {
+            "model": self.model,
+            "compared_with": self.compared_with,
+            "relation": self.relation,
+            "domain": self.domain,
+            "measure": self.measure,
+            "difference": self.difference.mean,
+            "low": self.difference.low,
+            "high": self.difference.high,
+            "targets": self.difference.n,
+            "verdict": self.verdict,
+            "change": self.change,
+            "comparison": f"{self.model} vs {self.compared_with} {self.change}",
+        }
 
 
 def evaluated_targets(store, evaluation_ids: list[str]) -> list[EvaluatedTargets]:
@@ -127,8 +136,10 @@ def evaluated_targets(store, evaluation_ids: list[str]) -> list[EvaluatedTargets
     )
     found: dict[str, EvaluatedTargets] = {}
     for row in rows:
-        targets = found.setdefault(row["evaluation_id"], EvaluatedTargets(
-            row["evaluation_id"], row["model"], row["stage"], {}, {name: {} for name in MEASURES}))
+        targets = found.setdefault(
+            row["evaluation_id"],
+            EvaluatedTargets(row["evaluation_id"], row["model"], row["stage"], {}, {name: {} for name in MEASURES}),
+        )
         targets.domains[row["query_id"]] = row["domain"]
         for name in MEASURES:
             targets.values[name][row["query_id"]] = row[name]
@@ -156,12 +167,20 @@ def pairs(evaluated: list[EvaluatedTargets]) -> list[tuple[EvaluatedTargets, Eva
     """(model, compared_with, relation) for every comparison the table makes (see the module's docstring)."""
     by_stage = {stage: [t for t in evaluated if t.stage == stage] for stage in (*STAGE_ORDER, BASELINE_STAGE)}
     present = [stage for stage in STAGE_ORDER if by_stage[stage]]
-    found = [(model, earlier, "started from") for before, after in zip(present, present[1:])
-             for model in by_stage[after] for earlier in by_stage[before]]
+    found = [
+        (model, earlier, "started from")
+        for before, after in zip(present, present[1:])
+        for model in by_stage[after]
+        for earlier in by_stage[before]
+    ]
     if len(present) > 2 and present[0] == "base":  # the last stage's gain over base, when base is not its predecessor
         found += [(model, base, "base") for model in by_stage[present[-1]] for base in by_stage["base"]]
-    found += [(model, baseline, "retrieval baseline") for model in evaluated if model.stage != BASELINE_STAGE
-              for baseline in by_stage[BASELINE_STAGE]]
+    found += [
+        (model, baseline, "retrieval baseline")
+        for model in evaluated
+        if model.stage != BASELINE_STAGE
+        for baseline in by_stage[BASELINE_STAGE]
+    ]
     return found
 
 
@@ -175,7 +194,9 @@ def comparisons(evaluated: list[EvaluatedTargets]) -> list[Comparison]:
             for measure, lower_is_better in COMPARED:
                 difference = paired_by_key(model.of(measure, domain), other.of(measure, domain))
                 if difference.mean is not None:
-                    found.append(Comparison(model.model, other.model, relation, domain, measure, difference, lower_is_better))
+                    found.append(
+                        Comparison(model.model, other.model, relation, domain, measure, difference, lower_is_better)
+                    )
     return found
 
 

@@ -24,14 +24,18 @@ class TeacherForced:
     labels: list[int]
 
 
-def teacher_forced_sequence(builder: SequenceBuilder, system_prompt: str, query: Query, prefix: str) -> TeacherForced | None:
+def teacher_forced_sequence(
+    builder: SequenceBuilder, system_prompt: str, query: Query, prefix: str
+) -> TeacherForced | None:
     texts = [system_prompt, query.action, prefix, query.reference]
     texts += [text for turn in query.history for text in (turn.action, turn.observation)]
     encoded = builder.encode(texts)
     system_ids, action_ids, prefix_ids, observation_ids = encoded[:4]
     user, assistant, footer = builder.headers["user"], builder.headers["assistant"], builder.footer
     system = builder.headers["system"] + system_ids + footer
-    turns = [user + encoded[4 + 2 * i] + footer + assistant + encoded[5 + 2 * i] + footer for i in range(len(query.history))]
+    turns = [
+        user + encoded[4 + 2 * i] + footer + assistant + encoded[5 + 2 * i] + footer for i in range(len(query.history))
+    ]
     tail = user + action_ids + footer + assistant + (prefix_ids if prefix else [])
     target = observation_ids + [builder.im_end]
     room = builder.max_length - len(system) - len(tail) - len(target)
@@ -71,13 +75,28 @@ class TeacherForcing:
         results: list[tuple[float, int] | None] = [None] * len(sequences)
         for start in range(0, len(present), self.batch_size):
             chosen: list[TeacherForced] = [sequences[i] for i in present[start : start + self.batch_size]]  # type: ignore[misc]  # present: not None
-            rows = [{"input_ids": s.input_ids, "labels": s.labels, "shift_labels": s.labels[1:] + [IGNORE_INDEX],
-                     "position_ids": list(range(len(s.input_ids)))} for s in chosen]
+            rows = [
+                {
+                    "input_ids": s.input_ids,
+                    "labels": s.labels,
+                    "shift_labels": s.labels[1:] + [IGNORE_INDEX],
+                    "position_ids": list(range(len(s.input_ids))),
+                }
+                for s in chosen
+            ]
             batch = PackedCollator(self.tokenizer.pad_token_id, max(len(s.input_ids) for s in chosen))(rows)
             with torch.inference_mode():
-                outputs = self.model(**{name: batch[name].to(self.model.device) for name in ("input_ids", "position_ids", "shift_labels")},
-                                     per_row=True)
-            for i, total, count in zip(present[start : start + self.batch_size], outputs["row_loss_sums"].tolist(),
-                                       outputs["row_label_counts"].tolist()):
+                outputs = self.model(
+                    **{
+                        name: batch[name].to(self.model.device)
+                        for name in ("input_ids", "position_ids", "shift_labels")
+                    },
+                    per_row=True,
+                )
+            for i, total, count in zip(
+                present[start : start + self.batch_size],
+                outputs["row_loss_sums"].tolist(),
+                outputs["row_label_counts"].tolist(),
+            ):
                 results[i] = (float(total), int(count))
         return results

@@ -67,8 +67,9 @@ def _values(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None]
 
 
-def bootstrap_mean(values: Sequence[float | None], resamples: int = RESAMPLES, seed: int = SEED,
-                   level: float = LEVEL) -> Interval:
+def bootstrap_mean(
+    values: Sequence[float | None], resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL
+) -> Interval:
     """The mean of the values (None left out) and its percentile-bootstrap interval. One value has no
     spread to resample: its interval is the value itself; none gives no mean."""
     import numpy as np
@@ -87,8 +88,9 @@ def bootstrap_mean(values: Sequence[float | None], resamples: int = RESAMPLES, s
     return Interval(mean, float(low), float(high), len(data))
 
 
-def bootstrap_macro_mean(groups: Sequence[Sequence[float | None]], resamples: int = RESAMPLES, seed: int = SEED,
-                         level: float = LEVEL) -> Interval:
+def bootstrap_macro_mean(
+    groups: Sequence[Sequence[float | None]], resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL
+) -> Interval:
     """The mean of the groups' means (a macro mean: AgentWorldBench's Overall, every domain weighing alike)
     and its bootstrap interval, the targets resampled within each group (a stratified bootstrap: every
     resample keeps each domain's size, as the eval set does). Groups without a value are left out, as
@@ -101,14 +103,21 @@ def bootstrap_macro_mean(groups: Sequence[Sequence[float | None]], resamples: in
         return Interval(None, None, None, 0)
     mean = float(np.mean([group.mean() for group in kept]))
     rng = np.random.Generator(np.random.PCG64(seed))
-    means = np.mean([group[rng.integers(0, len(group), size=(resamples, len(group)))].mean(axis=1) for group in kept], axis=0)
+    means = np.mean(
+        [group[rng.integers(0, len(group), size=(resamples, len(group)))].mean(axis=1) for group in kept], axis=0
+    )
     tail = (1.0 - level) / 2.0 * 100.0
     low, high = np.percentile(means, [tail, 100.0 - tail])
     return Interval(mean, float(low), float(high), sum(len(group) for group in kept))
 
 
-def paired_difference(after: Sequence[float | None], before: Sequence[float | None], resamples: int = RESAMPLES,
-                      seed: int = SEED, level: float = LEVEL) -> Interval:
+def paired_difference(
+    after: Sequence[float | None],
+    before: Sequence[float | None],
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    level: float = LEVEL,
+) -> Interval:
     """after - before, per target (the two sequences are aligned by target; a target missing on either
     side is left out), its mean and bootstrap interval."""
     if len(after) != len(before):

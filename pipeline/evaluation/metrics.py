@@ -28,7 +28,12 @@ from pipeline.rewards.semantic import is_json
 # Runtime metadata, most specific first (an ISO timestamp before its date and its time).
 RUNTIME_METADATA = (
     ("<timestamp>", re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")),
-    ("<date>", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b")),
+    (
+        "<date>",
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}\b"
+        ),
+    ),
     # A clock time stands alone: `app.py:10:15` is a file's line and column, deterministic content.
     ("<time>", re.compile(r"(?<![\w.:/-])\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?![\w:])")),
     ("<uuid>", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),

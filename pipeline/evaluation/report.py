@@ -67,10 +67,32 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
-SUMMARY_COLUMNS = ("model", "domain", "queries", "score", "score_macro", "score_unseen", "seen", "judged", "empty",
-                   "parse_rate", "format", "factuality", "consistency", "realism", "quality", "observation_ce",
-                   "perplexity", "ce_rows", "semantic_match", "rouge_l", "exact_match", "exact", "line_agreement",
-                   "json_valid")
+SUMMARY_COLUMNS = (
+    "model",
+    "domain",
+    "queries",
+    "score",
+    "score_macro",
+    "score_unseen",
+    "seen",
+    "judged",
+    "empty",
+    "parse_rate",
+    "format",
+    "factuality",
+    "consistency",
+    "realism",
+    "quality",
+    "observation_ce",
+    "perplexity",
+    "ce_rows",
+    "semantic_match",
+    "rouge_l",
+    "exact_match",
+    "exact",
+    "line_agreement",
+    "json_valid",
+)
 # The stage's table (the Prefect artifact, report.json): the summary's columns and their intervals.
 TABLE_COLUMNS = (*SUMMARY_COLUMNS, "score_ci", *INTERVAL_COLUMNS)
 
@@ -93,7 +115,10 @@ def comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
         for c in row.get("comparisons", []):
             changes = pairs.setdefault((c["model"], c["compared_with"], c["relation"]), [])
             changes.append(f"{c['measure']} {c['verdict']} {c['change']}")
-    return [f"- {model} vs {other} ({relation}): {'; '.join(changes)}" for (model, other, relation), changes in pairs.items()]
+    return [
+        f"- {model} vs {other} ({relation}): {'; '.join(changes)}"
+        for (model, other, relation), changes in pairs.items()
+    ]
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMARY_COLUMNS) -> str:
@@ -104,30 +129,44 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = SUMMAR
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(with_interval(row, c) or _cell(row[c]) for c in columns) + " |" for row in rows]
     first = rows[0]
-    lines += ["", f"Judge: {judge_caption(first['judge'])} (`{first['judge_fingerprint']}`); eval set: {first['eval_set']} "
-              f"(`{first['eval_set_fingerprint']}`). Scores are (raw - 1) / 4 x 100 of the judge's 1-5 scale; `score_unseen` "
-              "leaves out the `seen` targets, whose (action, observation) is a turn of a training pool; `parse_rate` is "
-              "the share of answers that parsed in the model's format (an unparsed one is scored as the empty observation). "
-              "Each mean is followed by its 95% interval, a percentile bootstrap over the targets (observation CE's "
-              "interval is of the mean per-target CE; its value is token-weighted)."]
+    lines += [
+        "",
+        f"Judge: {judge_caption(first['judge'])} (`{first['judge_fingerprint']}`); eval set: {first['eval_set']} "
+        f"(`{first['eval_set_fingerprint']}`). Scores are (raw - 1) / 4 x 100 of the judge's 1-5 scale; `score_unseen` "
+        "leaves out the `seen` targets, whose (action, observation) is a turn of a training pool; `parse_rate` is "
+        "the share of answers that parsed in the model's format (an unparsed one is scored as the empty observation). "
+        "Each mean is followed by its 95% interval, a percentile bootstrap over the targets (observation CE's "
+        "interval is of the mean per-target CE; its value is token-weighted).",
+    ]
     models = {(row["model"], row["checkpoint_fingerprint"]) for row in rows}
     lines += [f"- {model}: fingerprint `{fingerprint}`" for model, fingerprint in sorted(models)]
     compared = comparison_lines(rows)
     if compared:
-        lines += ["", "Paired comparisons, on the targets both models scored: the difference is model - the model compared "
-                  "with, its mean and 95% bootstrap interval over targets; `improved` or `WORSE` only where the interval "
-                  "excludes zero. Observation CE: lower is better, so a negative difference is an improvement.", "", *compared]
+        lines += [
+            "",
+            "Paired comparisons, on the targets both models scored: the difference is model - the model compared "
+            "with, its mean and 95% bootstrap interval over targets; `improved` or `WORSE` only where the interval "
+            "excludes zero. Observation CE: lower is better, so a negative difference is an improvement.",
+            "",
+            *compared,
+        ]
     return "\n".join(lines)
 
 
 def judge_name(judge: str) -> str:
     """`similarity judge`, or `LLM judge <backend>:<model> prompt:<prompt>@<digest>`, from a judge's name
     (`evaluations.judge`; the digest is of its prompt and rubric files) or label."""
-    return "similarity judge" if judge.startswith("semantic") else f"LLM judge {judge.split('#')[0].removeprefix('llm:')}"
+    return (
+        "similarity judge" if judge.startswith("semantic") else f"LLM judge {judge.split('#')[0].removeprefix('llm:')}"
+    )
 
 
 def judge_caption(judge: str) -> str:
     if judge.startswith("semantic"):
-        return (f"{judge_name(judge)} (content beyond the action, format, MiniLM; JSON leaf values) mapped onto the 1-5 "
-                "scale, not a five-criteria judge")
-    return f"{judge_name(judge)}, five criteria with the domain's rubric; scores compare only under this judge and prompt"
+        return (
+            f"{judge_name(judge)} (content beyond the action, format, MiniLM; JSON leaf values) mapped onto the 1-5 "
+            "scale, not a five-criteria judge"
+        )
+    return (
+        f"{judge_name(judge)}, five criteria with the domain's rubric; scores compare only under this judge and prompt"
+    )

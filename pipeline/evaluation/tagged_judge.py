@@ -91,12 +91,17 @@ class TaggedJudge:
         from pipeline.llm.client import ChatRequest
 
         requests = [
-            ChatRequest((
-                {"role": "system", "content": self.system(item.query.domain)},
-                {"role": "user", "content": f"{_context(item, self.history_turns)}# Current turn\n\n{item.query.action}\n\n"
-                 f"**World model output (simulated):**\n```\n{item.prediction}\n```\n\n"
-                 f"**Ground truth (real output):**\n```\n{item.query.reference}\n```"},
-            ))
+            ChatRequest(
+                (
+                    {"role": "system", "content": self.system(item.query.domain)},
+                    {
+                        "role": "user",
+                        "content": f"{_context(item, self.history_turns)}# Current turn\n\n{item.query.action}\n\n"
+                        f"**World model output (simulated):**\n```\n{item.prediction}\n```\n\n"
+                        f"**Ground truth (real output):**\n```\n{item.query.reference}\n```",
+                    },
+                )
+            )
             for item in items
         ]
         answers = self.client.complete_sync(requests) if requests else []

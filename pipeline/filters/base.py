@@ -117,7 +117,8 @@ class FilterRules:
             if result is not True:
                 verdict.kept = False
                 verdict.trajectory_drop = (
-                    trajectory_rule.name, result[1] if isinstance(result, tuple) else trajectory_rule.name
+                    trajectory_rule.name,
+                    result[1] if isinstance(result, tuple) else trajectory_rule.name,
                 )
                 break
         return verdict

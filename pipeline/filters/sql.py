@@ -19,13 +19,14 @@ _WHITESPACE_CLASS = "[" + "".join(f"\\x{{{ord(char):x}}}" for char in PYTHON_WHI
 # whitespace other than a space or two whitespace characters in a row. (DuckDB's `trim` removes
 # spaces only, which is all that is left to remove then.)
 _MORE_THAN_SPACES = (
-    "[" + "".join(f"\\x{{{ord(char):x}}}" for char in PYTHON_WHITESPACE if char != " ") + "]"
+    "["
+    + "".join(f"\\x{{{ord(char):x}}}" for char in PYTHON_WHITESPACE if char != " ")
+    + "]"
     + f"|{_WHITESPACE_CLASS}{{2}}"
 )
 
 # Temporary tables of a judging run start with this; the judge drops them all when it is done.
 JUDGING_PREFIX = "judging_"
-
 
 
 def no_rows(**columns: str) -> str:

@@ -120,10 +120,10 @@ class GuiNoChange(TurnRule):
         # before it that changed something.
         return f"""
             WITH screens AS (
-                SELECT trajectory_id, turn_index, {words(newlines_as_spaces('observation'))} AS screen
+                SELECT trajectory_id, turn_index, {words(newlines_as_spaces("observation"))} AS screen
                 FROM {relations.turns} SEMI JOIN (
                     SELECT trajectory_id FROM {relations.trajectories}
-                    WHERE {is_one_of('domain', sorted(self.gui_domains))}
+                    WHERE {is_one_of("domain", sorted(self.gui_domains))}
                 ) USING (trajectory_id)
             ),
             changes AS (

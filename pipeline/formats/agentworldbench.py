@@ -48,19 +48,36 @@ class Adapter(FormatAdapter):
             raise RecordError(f"expected an object, got {type(record).__name__}")
         prompts, responses = _texts(record.get("prompt"), "prompt"), _texts(record.get("response"), "response")
         turn_idx = record.get("turn_idx")
-        if not isinstance(turn_idx, int) or isinstance(turn_idx, bool) or not 1 <= turn_idx <= min(len(prompts), len(responses)):
-            raise RecordError(f"turn_idx: expected an integer from 1 to {min(len(prompts), len(responses))}, got {turn_idx!r}")
+        if (
+            not isinstance(turn_idx, int)
+            or isinstance(turn_idx, bool)
+            or not 1 <= turn_idx <= min(len(prompts), len(responses))
+        ):
+            raise RecordError(
+                f"turn_idx: expected an integer from 1 to {min(len(prompts), len(responses))}, got {turn_idx!r}"
+            )
         task = require_text(record.get("task"), "task")
         subtask = task.split("/")[-1]  # eval.py's get_subtask
         system = require_text(record.get("system_str"), "system_str")
         turns = [Turn(prompts[i], responses[i]) for i in range(turn_idx)]
         turns[-1].metadata[TARGET] = True
-        metadata = {"benchmark": "agentworldbench", "id": record.get("id"), "task": task, "turn_idx": turn_idx,
-                    "total_turns": record.get("total_turns"), "system_prompt": system, "response_marker": RESPONSE_MARKER}
+        metadata = {
+            "benchmark": "agentworldbench",
+            "id": record.get("id"),
+            "task": task,
+            "turn_idx": turn_idx,
+            "total_turns": record.get("total_turns"),
+            "system_prompt": system,
+            "response_marker": RESPONSE_MARKER,
+        }
         if isinstance(record.get("current_prompt"), str):
             metadata["current_prompt"] = record["current_prompt"]
         return Trajectory(
-            source="", domain=domain or (subtask if subtask in DOMAINS else self.default_domain), turns=turns,
-            system=SystemPrompt(task_description=system), task=f"{task}:{record.get('id')}", metadata=metadata,
+            source="",
+            domain=domain or (subtask if subtask in DOMAINS else self.default_domain),
+            turns=turns,
+            system=SystemPrompt(task_description=system),
+            task=f"{task}:{record.get('id')}",
+            metadata=metadata,
             format=self.name,
         )

@@ -142,7 +142,9 @@ def _agent_turns(step: dict[str, Any], where: str) -> tuple[list[Turn], list[str
         text = "\n".join(_result_text(r, f"{where}.observation.results[{n}]") for n, r in enumerate(results))
         metadata: dict[str, Any] = {"thought": reasoning} if reasoning else {}
         if REJECTED_REPLY.match(text):
-            return [Turn(action=message, observation=text, is_error=True, metadata={**metadata, "kind": "format_error"})], []
+            return [
+                Turn(action=message, observation=text, is_error=True, metadata={**metadata, "kind": "format_error"})
+            ], []
         return [Turn(action=message, observation=text, metadata=metadata)], []
 
     rendered = [_call(call, f"{where}.tool_calls[{number}]") for number, call in enumerate(calls)]

@@ -17,7 +17,10 @@ SIGNATURE_TOOLS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("web", re.compile(r"(^|[_.\-/])(browser|browse|click|goto|navigate|scroll|hover|open_url|playwright)($|[_.\-/])")),
     # "search" alone is too broad (`search_direct_flight` is an airline API): the paper's search
     # domain is a search engine, so only web/engine searches count.
-    ("search", re.compile(r"^(search|web_search|search_web|google_search|bing_search|wikipedia_search|search_engine)$")),
+    (
+        "search",
+        re.compile(r"^(search|web_search|search_web|google_search|bing_search|wikipedia_search|search_engine)$"),
+    ),
     ("terminal", re.compile(r"(^|[_.\-/])(bash|shell|terminal|sh|zsh|execute|exec|run_command|tmux)($|[_.\-/])")),
 )
 

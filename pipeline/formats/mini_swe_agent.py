@@ -89,7 +89,9 @@ class Adapter(FormatAdapter):
             else:
                 raise RecordError(f"{at}.role: unknown role {role!r}")
         if not turns:
-            raise RecordError(f"no environment actions: {len(messages)} messages, no action answered by the environment")
+            raise RecordError(
+                f"no environment actions: {len(messages)} messages, no action answered by the environment"
+            )
         metadata["unanswered_actions"] = int(pending is not None)
         return Trajectory(
             source="",
@@ -106,6 +108,10 @@ def _action(text: str) -> Turn:
     blocks = BASH_BLOCK.findall(text)
     if len(blocks) != 1:
         # What the agent emitted is the action the harness answered with its complaint.
-        return Turn(action=text, observation="", is_error=True, metadata={"kind": "format_error", "blocks": len(blocks)})
+        return Turn(
+            action=text, observation="", is_error=True, metadata={"kind": "format_error", "blocks": len(blocks)}
+        )
     thought = BASH_BLOCK.sub("", text).strip()
-    return Turn(action=blocks[0].strip(), observation="", tool_name="bash", metadata={"thought": thought} if thought else {})
+    return Turn(
+        action=blocks[0].strip(), observation="", tool_name="bash", metadata={"thought": thought} if thought else {}
+    )

@@ -64,9 +64,7 @@ CONVERSATION_KEYS = {"messages", "traj", "tools", "reward"}
 
 def is_message_list(value: Any) -> bool:
     return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(m, dict) and m.get("role") in ROLES for m in value)
+        isinstance(value, list) and bool(value) and all(isinstance(m, dict) and m.get("role") in ROLES for m in value)
     )
 
 
@@ -75,7 +73,9 @@ def _conversation(record: dict[str, Any]) -> Any:
 
 
 def _is_record_object(value: Any) -> bool:
-    return isinstance(value, dict) and ("traj" in value or "messages" in value) and is_message_list(_conversation(value))
+    return (
+        isinstance(value, dict) and ("traj" in value or "messages" in value) and is_message_list(_conversation(value))
+    )
 
 
 def _is_keyed(content: Any) -> bool:
@@ -117,7 +117,9 @@ class Adapter(FormatAdapter):
             messages = record[where]
             extra = record
         else:
-            raise RecordError(f"expected a message list or an object with `messages` or `traj`, got {type(record).__name__}")
+            raise RecordError(
+                f"expected a message list or an object with `messages` or `traj`, got {type(record).__name__}"
+            )
         if not isinstance(messages, list):
             raise RecordError(f"{where}: expected a list of messages, got {type(messages).__name__}")
         tools = extra.get("tools") or []
@@ -250,7 +252,9 @@ class _Conversation:
                 raise RecordError(f"{call_where}.id: expected a string, got {type(call_id).__name__}")
             metadata = {"thought": thought} if thought and number == 0 else {}
             self.open.append((call_id, len(self.turns), call_where))
-            self.turns.append(Turn(action=render_call(name, arguments), observation="", tool_name=name, metadata=metadata))
+            self.turns.append(
+                Turn(action=render_call(name, arguments), observation="", tool_name=name, metadata=metadata)
+            )
 
     def _answer(self, where: str, message: dict[str, Any], text: str) -> None:
         call_id = message.get("tool_call_id")

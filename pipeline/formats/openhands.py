@@ -46,8 +46,18 @@ NOT_ENVIRONMENT = {"message", "system", "finish", "recall", "change_agent_state"
 COMMAND_ARG = {"run": "command", "run_ipython": "code", "browse": "url", "browse_interactive": "browser_actions"}
 # Args that are OpenHands bookkeeping, not part of what the agent asked for.
 BOOKKEEPING_ARGS = {
-    "thought", "impl_source", "translated_ipython_code", "security_risk", "confirmation_state",
-    "is_confirmed", "hidden", "blocking", "is_input", "keep_prompt", "wait_for_response", "timeout",
+    "thought",
+    "impl_source",
+    "translated_ipython_code",
+    "security_risk",
+    "confirmation_state",
+    "is_confirmed",
+    "hidden",
+    "blocking",
+    "is_input",
+    "keep_prompt",
+    "wait_for_response",
+    "timeout",
 }
 
 
@@ -76,7 +86,9 @@ class Adapter(FormatAdapter):
         for index, event in enumerate(record):
             if not isinstance(event, dict):
                 raise RecordError(f"{where}[{index}]: expected an event object, got {type(event).__name__}")
-        answers = {event["cause"]: event for event in record if "observation" in event and event.get("cause") is not None}
+        answers = {
+            event["cause"]: event for event in record if "observation" in event and event.get("cause") is not None
+        }
 
         turns: list[Turn] = []
         task: str | None = None

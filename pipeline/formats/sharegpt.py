@@ -140,7 +140,7 @@ class Adapter(FormatAdapter):
 
 
 def _is_acknowledgement(value: str) -> bool:
-    """"OK", "Sure, I will follow the format." ...; never a message that holds an action ("Sure, I
+    """ "OK", "Sure, I will follow the format." ...; never a message that holds an action ("Sure, I
     will count them. Act: bash ls /etc | wc -l" acts: its turn and the task stay where they are)."""
     return ACKNOWLEDGEMENT.match(value) is not None and ACTION_MARKER.search(value) is None
 

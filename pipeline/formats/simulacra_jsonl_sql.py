@@ -36,13 +36,26 @@ from pipeline.store.schema import CONTENT_ID_CHARS, DOMAINS, RecordError, canoni
 FORMAT = "simulacra-jsonl"
 
 TOP_KEYS = ["schema", "domain", "task", "system", "turns", "outcome_reward", "metadata"]
-SYSTEM_KEYS = ["task_description", "action_space", "tools", "initial_state", "demonstrations", "simulation_instructions"]
+SYSTEM_KEYS = [
+    "task_description",
+    "action_space",
+    "tools",
+    "initial_state",
+    "demonstrations",
+    "simulation_instructions",
+]
 TURN_KEYS = ["action", "observation", "tool_name", "is_error", "metadata"]
 TEXT_PARTS = ["action_space", "initial_state", "demonstrations", "simulation_instructions"]
 
 # JSON-typed fields keep their JSON text, so a check can tell an object from a string and `true`
 # from `"true"`; text fields are read as VARCHAR and checked with `simulacra_json_like`.
-TURN_STRUCTURE = {"action": "VARCHAR", "observation": "VARCHAR", "tool_name": "VARCHAR", "is_error": "JSON", "metadata": "JSON"}
+TURN_STRUCTURE = {
+    "action": "VARCHAR",
+    "observation": "VARCHAR",
+    "tool_name": "VARCHAR",
+    "is_error": "JSON",
+    "metadata": "JSON",
+}
 LINE_STRUCTURE = orjson.dumps(
     {
         "schema": "VARCHAR",
@@ -100,14 +113,14 @@ def check_sql(max_action_chars: int | None, max_observation_chars: int | None) -
     )
     domain = "coalesce($domain, r.domain, 'other')"  # the source's domain wins, as in the adapter
     ok = f"""
-        keys IS NOT NULL AND {_keys_ok('keys[1]', TOP_KEYS)} AND (keys[2] IS NULL OR {_keys_ok('keys[2]', SYSTEM_KEYS)})
+        keys IS NOT NULL AND {_keys_ok("keys[1]", TOP_KEYS)} AND (keys[2] IS NULL OR {_keys_ok("keys[2]", SYSTEM_KEYS)})
         AND len(r.turns) > 0
-        AND {_text_ok('r.schema')}
+        AND {_text_ok("r.schema")}
         AND (NOT list_contains(keys[1], 'domain') OR (r.domain IS NOT NULL AND NOT simulacra_json_like(r.domain)))
         AND list_contains({_sql_list(DOMAINS)}, {domain})
-        AND {_text_ok('r.task')}
+        AND {_text_ok("r.task")}
         AND (r.system IS NULL OR starts_with(r.system, '{{'))
-        AND {' AND '.join(_text_ok(f's.{key}') for key in ['task_description', *TEXT_PARTS])}
+        AND {" AND ".join(_text_ok(f"s.{key}") for key in ["task_description", *TEXT_PARTS])}
         AND (s.tools IS NULL OR starts_with(s.tools, '['))
         AND (r.outcome_reward IS NULL OR (
             regexp_full_match(r.outcome_reward, '{REWARD_NUMBER}')
@@ -116,7 +129,7 @@ def check_sql(max_action_chars: int | None, max_observation_chars: int | None) -
         AND (r.metadata IS NULL OR starts_with(r.metadata, '{{'))
         AND list_bool_and(list_transform(r.turns, lambda t: {turn_ok}))
         -- Turns of one writer share their keys: check each distinct key list once.
-        AND list_bool_and(list_transform(list_distinct(turn_keys), lambda k: {_keys_ok('k', TURN_KEYS)}))
+        AND list_bool_and(list_transform(list_distinct(turn_keys), lambda k: {_keys_ok("k", TURN_KEYS)}))
         -- A missing is_error means False, an explicit null is an error: the turns whose is_error
         -- reads as NULL must be exactly those without the key (a subset of them).
         AND CASE WHEN list_count(list_transform(r.turns, lambda t: t.is_error)) = len(r.turns) THEN true
@@ -149,7 +162,7 @@ SELECT line_no,
        {domain} AS domain,
        r.task AS task,
        coalesce(s.task_description, '') AS task_description,
-       {', '.join(f's.{key} AS {key}' for key in TEXT_PARTS)},
+       {", ".join(f"s.{key} AS {key}" for key in TEXT_PARTS)},
        s.tools AS tools_json,
        TRY_CAST(r.outcome_reward AS DOUBLE) AS outcome_reward,
        len(r.turns) AS num_turns,
@@ -232,7 +245,10 @@ def _usable_metadata(texts: list[str], depth: int) -> list[bool]:
     joined = ",".join(texts)
     try:
         values = _nested(f"[{joined}]", depth - 1)
-        if all(type(value) is dict for value in values) and orjson.dumps(values, option=orjson.OPT_NON_STR_KEYS).decode() == f"[{joined}]":
+        if (
+            all(type(value) is dict for value in values)
+            and orjson.dumps(values, option=orjson.OPT_NON_STR_KEYS).decode() == f"[{joined}]"
+        ):
             return [True] * len(texts)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         pass
@@ -253,7 +269,9 @@ class Staged:
     routed: list[int]  # indices into the chunk of the lines the Python adapter must read
 
 
-def stage(con, chunk: LineChunk, domain: str | None, max_action_chars: int | None, max_observation_chars: int | None) -> Staged:
+def stage(
+    con, chunk: LineChunk, domain: str | None, max_action_chars: int | None, max_observation_chars: int | None
+) -> Staged:
     """Check one chunk and key the lines the adapter would accept as read here. A DuckDB error
     propagates: the caller then routes the whole chunk."""
     con.execute(JSON_LIKE_MACRO)
@@ -264,7 +282,9 @@ def stage(con, chunk: LineChunk, domain: str | None, max_action_chars: int | Non
     con.register("jsonl_checked", checked)
     tools = {
         text: _tool_schemas(text)
-        for (text,) in con.execute("SELECT DISTINCT tools_json FROM jsonl_checked WHERE ok AND tools_json IS NOT NULL").fetchall()
+        for (text,) in con.execute(
+            "SELECT DISTINCT tools_json FROM jsonl_checked WHERE ok AND tools_json IS NOT NULL"
+        ).fetchall()
     }
     # Small tables travel as list parameters: no pandas import (see `jsonl_lines.line_table`).
     usable = {text: entry for text, entry in tools.items() if entry.usable}
@@ -323,8 +343,13 @@ def _content_ids(checked: pa.Table, tools: dict[str, ToolSchemas], refused: set[
 def _offsets(array: pa.Array) -> np.ndarray:
     """The offsets buffer of a list or string array, as int64, from the array's own offset."""
     kind = array.type
-    if not any(check(kind) for check in (pa.types.is_list, pa.types.is_large_list, pa.types.is_string, pa.types.is_large_string)):
-        raise TypeError(f"DuckDB returned {kind} where a list or string was expected (arrow_output_list_view must be off)")
+    if not any(
+        check(kind)
+        for check in (pa.types.is_list, pa.types.is_large_list, pa.types.is_string, pa.types.is_large_string)
+    ):
+        raise TypeError(
+            f"DuckDB returned {kind} where a list or string was expected (arrow_output_list_view must be off)"
+        )
     wide = pa.types.is_large_list(kind) or pa.types.is_large_string(kind)
     offsets = np.frombuffer(array.buffers()[1], np.int64 if wide else np.int32)
     return offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)

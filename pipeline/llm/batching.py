@@ -106,13 +106,21 @@ MIN_SHARED_PREFIX = 32
 
 
 class Scheduler:
-    def __init__(self, model, tokenizer, stop_token_ids: list[int], max_batch: int,
-                 min_shared_prefix: int | None = MIN_SHARED_PREFIX):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        stop_token_ids: list[int],
+        max_batch: int,
+        min_shared_prefix: int | None = MIN_SHARED_PREFIX,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = set(stop_token_ids)
         self.max_batch = max_batch
-        self.min_shared_prefix = min_shared_prefix  # None: every prompt prefilled whole (bench/prefix_sharing.py's baseline)
+        self.min_shared_prefix = (
+            min_shared_prefix  # None: every prompt prefilled whole (bench/prefix_sharing.py's baseline)
+        )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._waiting: deque[Row] = deque()
         self._wake = threading.Condition()
@@ -195,8 +203,9 @@ class Scheduler:
         assert batch is not None  # the scheduler prefills only when it admitted rows
         return batch
 
-    def _prefill_after(self, prompts: list[tuple[int, ...]], by_prompt: dict[tuple[int, ...], list[Row]], cache,
-                       done: int) -> list["_Batch"]:
+    def _prefill_after(
+        self, prompts: list[tuple[int, ...]], by_prompt: dict[tuple[int, ...], list[Row]], cache, done: int
+    ) -> list["_Batch"]:
         """Rows whose prompts all begin with the same `done` tokens, whose keys and values `cache` holds (one
         row; None when `done` is 0): each family among them that shares more runs its common part once, on a
         copy of `cache`, and recurses; the rest run their remaining tokens together after `cache`."""
@@ -221,8 +230,14 @@ class Scheduler:
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
         mask = torch.ones((1, done + len(tokens)), dtype=torch.long, device=device)
         positions = torch.arange(done, done + len(tokens), device=device).unsqueeze(0)
-        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{self._cache_keyword: extended}, **self._last_logits_only)
+        self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_keyword: extended},
+            **self._last_logits_only,
+        )
         self.prefilled_tokens += len(tokens)
         return extended
 
@@ -253,8 +268,14 @@ class Scheduler:
         cache = _copied(cache, len(unique))
         # Only the last position's logits: the head over a whole prompt is a fifth of a small model's
         # prefill and a [rows, prompt, vocab] tensor.
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            **{self._cache_keyword: cache}, **self._last_logits_only).logits[:, -1, :]
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_keyword: cache},
+            **self._last_logits_only,
+        ).logits[:, -1, :]
         if len(unique) < len(rows):
             index = torch.tensor(of_row, device=device)
             cache.batch_select_indices(index)
@@ -288,8 +309,13 @@ class Scheduler:
         step_ids = torch.tensor(chosen, dtype=torch.long, device=device).unsqueeze(1)
         batch.mask = torch.cat([batch.mask, torch.ones_like(step_ids)], dim=1)
         batch.last_position = batch.last_position + 1
-        logits = self.model(input_ids=step_ids, attention_mask=batch.mask, position_ids=batch.last_position.unsqueeze(1),
-                            use_cache=True, **{self._cache_keyword: batch.cache}).logits[:, -1, :]
+        logits = self.model(
+            input_ids=step_ids,
+            attention_mask=batch.mask,
+            position_ids=batch.last_position.unsqueeze(1),
+            use_cache=True,
+            **{self._cache_keyword: batch.cache},
+        ).logits[:, -1, :]
         batch.logits = logits.float()
         return batch
 
@@ -387,7 +413,10 @@ def prefix_families(prompts: list[tuple[int, ...]], done: int, min_shared: int |
     shortest = 0
     for prompt in ordered:
         family = families[-1] if families else None
-        if family is not None and min(_begin_alike(family[0], prompt), min(shortest, len(prompt)) - 1) >= done + min_shared:
+        if (
+            family is not None
+            and min(_begin_alike(family[0], prompt), min(shortest, len(prompt)) - 1) >= done + min_shared
+        ):
             family.append(prompt)
             shortest = min(shortest, len(prompt))
         else:

@@ -200,8 +200,12 @@ def adopt_answers(store: Store, scratch_path: Path) -> int:
         ).fetchall()
     if not rows:
         return 0
-    known = {key for (key,) in store.execute(
-        "SELECT key FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))", [[row[0] for row in rows]]).fetchall()}
+    known = {
+        key
+        for (key,) in store.execute(
+            "SELECT key FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))", [[row[0] for row in rows]]
+        ).fetchall()
+    }
     new = [list(row) for row in rows if row[0] not in known]
     if new:
         placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(new))

@@ -145,8 +145,15 @@ class ChatClient:
             if again:
                 error = again[0][1]
                 wait = self.policy.wait_s(retry, error.retry_after_s, self._rng)
-                log.info("%s: %d request(s) failed with %s; retry %d of %d in %.2f s",
-                         self.role, len(again), error.kind, retry + 1, self.policy.max_retries, wait)
+                log.info(
+                    "%s: %d request(s) failed with %s; retry %d of %d in %.2f s",
+                    self.role,
+                    len(again),
+                    error.kind,
+                    retry + 1,
+                    self.policy.max_retries,
+                    wait,
+                )
                 self.tally.retries += len(again)
                 await asyncio.sleep(wait)
                 retry += 1
@@ -221,7 +228,9 @@ def open_client(endpoint: EndpointConfig, store: Store, role: str, seed: int = 0
         backend: Backend = OpenAIBackend(endpoint, api_key(endpoint))
     else:
         if not endpoint.model:
-            raise ValueError(f"{role}: the transformers backend needs `model` (the stage resolves None to the CPT checkpoint)")
+            raise ValueError(
+                f"{role}: the transformers backend needs `model` (the stage resolves None to the CPT checkpoint)"
+            )
         from pipeline.llm.transformers_backend import TransformersBackend
 
         backend = TransformersBackend(endpoint)

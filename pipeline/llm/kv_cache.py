@@ -64,9 +64,13 @@ class ReservedLayer(DynamicLayer):
         return self.keys, self.values
 
     def _has_room(self, key_states, value_states, needed: int) -> bool:
-        return all(buffer is not None and buffer.dim() == 4 and buffer.shape[-2] >= needed
-                   and buffer.shape[:2] == states.shape[:2]
-                   for buffer, states in ((self._key_buffer, key_states), (self._value_buffer, value_states)))
+        return all(
+            buffer is not None
+            and buffer.dim() == 4
+            and buffer.shape[-2] >= needed
+            and buffer.shape[:2] == states.shape[:2]
+            for buffer, states in ((self._key_buffer, key_states), (self._value_buffer, value_states))
+        )
 
     def _reserve(self, key_states, value_states, filled: int, needed: int) -> None:
         """New buffers with room past `needed`, holding the `filled` tokens cached so far."""

@@ -125,7 +125,9 @@ class OpenAIBackend:
             raise EndpointError("timeout", f"no answer within {self.endpoint.timeout_s:g} s", retryable=True) from None
         except openai.APIConnectionError as exc:
             cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection lost"
-            raise EndpointError("connection", redact(f"{exc.message} ({cause})", self._api_key), retryable=True) from None
+            raise EndpointError(
+                "connection", redact(f"{exc.message} ({cause})", self._api_key), retryable=True
+            ) from None
         except openai.APIStatusError as exc:
             status = exc.status_code
             raise EndpointError(
@@ -171,4 +173,6 @@ def completion_of(body: Any) -> Completion:
         # of this project reads, so the thinking is neither lost nor counted as part of the observation.
         content = render_thinking_output(reasoning, content)
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    return Completion(text=content, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+    return Completion(
+        text=content, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens")
+    )

@@ -82,7 +82,9 @@ def int8_weights(model):
     import torch
 
     if next(model.parameters()).device.type != "cpu":
-        raise ValueError("transformers backend: `quantize: int8` runs on a CPU only (set `device: cpu`, or leave it unset on a GPU)")
+        raise ValueError(
+            "transformers backend: `quantize: int8` runs on a CPU only (set `device: cpu`, or leave it unset on a GPU)"
+        )
     # torch.ao.quantization announces its move to torchao (not a dependency here); torch 2.13, the pinned
     # version, has it whole, and tests/test_llm_transformers.py fails the day a torch upgrade removes it.
     with warnings.catch_warnings():
@@ -106,7 +108,9 @@ class TransformersBackend:
         self.endpoint = endpoint
         self.batch_size = endpoint.batch_size
         self._loaded: tuple[Any, Any, list[int]] | None = None
-        self.scheduler: Scheduler | None = None  # the continuous batch of the open connection (its counters stay after it)
+        self.scheduler: Scheduler | None = (
+            None  # the continuous batch of the open connection (its counters stay after it)
+        )
 
     def __repr__(self) -> str:
         return f"TransformersBackend(model={self.endpoint.model!r})"
@@ -165,8 +169,11 @@ class TransformersBackend:
         _, tokenizer, _ = self._load()
         suffix = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         if IM_START not in tokenizer.get_vocab() or IM_START not in (tokenizer.chat_template or ""):
-            prompts = [tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
-                       + prefix for r in requests]
+            prompts = [
+                tokenizer.apply_chat_template(list(map(dict, r.messages)), tokenize=False, add_generation_prompt=True)
+                + prefix
+                for r in requests
+            ]
             return [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
         builder = PromptTokens(tokenizer, thinking=False)  # history observations are the environment's, never thinking
         return [builder.ids([dict(m) for m in r.messages]) + suffix for r in requests]
@@ -205,8 +212,13 @@ class TransformersBackend:
                     except RuntimeError:  # the loop closed: the caller stopped waiting (ctrl-C)
                         pass
 
-            sampling = Sampling(max_tokens=endpoint.max_tokens, temperature=endpoint.temperature, top_p=endpoint.top_p,
-                                seed=request_seed(endpoint.seed, request), stop_on_repetition=endpoint.stop_on_repetition)
+            sampling = Sampling(
+                max_tokens=endpoint.max_tokens,
+                temperature=endpoint.temperature,
+                top_p=endpoint.top_p,
+                seed=request_seed(endpoint.seed, request),
+                stop_on_repetition=endpoint.stop_on_repetition,
+            )
             rows.append(Row(prompt=prompt, sampling=sampling, choice=0, listener=listener))
             done.append(finished)
         scheduler.submit(rows)
@@ -299,7 +311,9 @@ class BudgetForcing:
                 continue
             start = self.forced_from.get(row)
             if start is None:
-                tail = self.tokenizer.decode(input_ids[row, max(self.prompt_length, input_ids.shape[1] - self.window):])
+                tail = self.tokenizer.decode(
+                    input_ids[row, max(self.prompt_length, input_ids.shape[1] - self.window) :]
+                )
                 if THINK_CLOSE in tail:
                     self.closed[row] = True
                     continue

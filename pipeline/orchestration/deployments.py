@@ -42,7 +42,11 @@ def project_folder(path: Path | None = None) -> Path:
     """The project folder: `path`, or the current folder; it must hold deploy/prefect.yaml."""
     folder = (path or Path.cwd()).expanduser().resolve()
     if not (folder / PREFECT_FILE).is_file():
-        hint = "pass the project folder with --project-dir" if path else "run the command in the project folder, or pass --project-dir"
+        hint = (
+            "pass the project folder with --project-dir"
+            if path
+            else "run the command in the project folder, or pass --project-dir"
+        )
         raise NotAProject(f"{folder} is not a Simulacra project folder (no {PREFECT_FILE}): {hint}")
     return folder
 

@@ -174,18 +174,25 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
 
     with ContentDigests.of_workspace(config.workspace.root) as digests:
         # The tiny model by its folder: it exists only once CPT built it, and only then is it evaluated.
-        base = base_model_identity(config, digests) if config.model.base is not None else model_identity(base_model_ref(config))
+        base = (
+            base_model_identity(config, digests)
+            if config.model.base is not None
+            else model_identity(base_model_ref(config))
+        )
     return {
         # The eval pool's queries, the cpt pool the retrieval baseline copies from, and the training pools
         # that decide which targets are seen in training.
         "pools": pools_fingerprint(store, ("cpt", "sft", "rl", "eval")),
-        "targets": store.table_fingerprint("(SELECT * FROM targets WHERE pool = 'eval') AS t", "trajectory_id, turn_index"),
+        "targets": store.table_fingerprint(
+            "(SELECT * FROM targets WHERE pool = 'eval') AS t", "trajectory_id, turn_index"
+        ),
         # Every registered checkpoint: a new one (rl, a retrained sft) is a new row of the table. Not the
         # exports: they are copies of a trained checkpoint (never evaluated twice), and export follows
         # evaluate, so counting them would make each run of the pipeline invalidate the next.
         "checkpoints": store.table_fingerprint(
             # Not the path: a moved workspace re-registers its checkpoints under the new one.
-            "(SELECT * FROM checkpoints WHERE stage <> 'export') AS c", "checkpoint_id, fingerprint"
+            "(SELECT * FROM checkpoints WHERE stage <> 'export') AS c",
+            "checkpoint_id, fingerprint",
         ),
         "base_model": base,
         # Rubrics and judge prompts are data files, not modules: the code digest does not see them.
@@ -207,8 +214,23 @@ STAGE_INPUTS: dict[str, StageInputs] = {
     "rl": StageInputs(("rl", "model", "answers", "validation"), _rl_inputs),
     "evaluate": StageInputs(("evaluate", "model"), _evaluate_inputs),
     # The card shows the settings of every stage of the lineage.
-    "export": StageInputs(("export", "ingest", "filter", "score", "split", "model", "answers", "validation", "cpt", "sft", "rl",
-                           "evaluate"), _export_inputs),
+    "export": StageInputs(
+        (
+            "export",
+            "ingest",
+            "filter",
+            "score",
+            "split",
+            "model",
+            "answers",
+            "validation",
+            "cpt",
+            "sft",
+            "rl",
+            "evaluate",
+        ),
+        _export_inputs,
+    ),
 }
 
 

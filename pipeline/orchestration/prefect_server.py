@@ -127,10 +127,17 @@ class LocalServer:
     def _prefect(self, *commands: list[str]) -> None:
         """Run `prefect` commands side by side (each spends seconds importing Prefect); all must succeed."""
         running = [
-            (command, subprocess.Popen(
-                [prefect_executable(), *command], cwd=self.project, env=self.environment(),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            ))
+            (
+                command,
+                subprocess.Popen(
+                    [prefect_executable(), *command],
+                    cwd=self.project,
+                    env=self.environment(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
             for command in commands
         ]
         finished = [(command, process.communicate()[0], process.returncode) for command, process in running]
@@ -171,7 +178,9 @@ class LocalServer:
         while not _healthy(self.api_url):
             if server.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise ServerError(f"the Prefect server did not come up on port {self.port}; see {self.log_file('server')}")
+                raise ServerError(
+                    f"the Prefect server did not come up on port {self.port}; see {self.log_file('server')}"
+                )
             time.sleep(0.5)
 
     def start(self, workspace: Path, config_path: Path | None, gpu_slots: int = 1) -> None:

@@ -70,8 +70,9 @@ def stage_format(stage: str, thinking: bool) -> AnswerFormat:
 
 def write_model_format(model_dir: Path, fmt: AnswerFormat) -> None:
     """Beside the weights: the format this checkpoint was trained in (read by `model_format`)."""
-    (Path(model_dir) / FORMAT_FILE).write_text(json.dumps({"format": fmt.name, "template": fmt.template,
-                                                           "thinking": fmt.thinking}) + "\n")
+    (Path(model_dir) / FORMAT_FILE).write_text(
+        json.dumps({"format": fmt.name, "template": fmt.template, "thinking": fmt.thinking}) + "\n"
+    )
 
 
 def model_format(model_dir: str | Path | None, stage: str | None) -> AnswerFormat:

@@ -22,8 +22,13 @@ RL_TEMPLATE = SFTTemplate(
     "after </think>, write the observation the environment returns, exactly and in its native format, and nothing else.",
     direct_instruction="For the agent's action, write the observation the environment returns, exactly and in its native "
     "format, and nothing else.",
-    titles={"task": "Environment", "actions": "Action space", "state": "Initial state",
-            "demonstrations": "Demonstrations", "instructions": "Simulation instructions"},
+    titles={
+        "task": "Environment",
+        "actions": "Action space",
+        "state": "Initial state",
+        "demonstrations": "Demonstrations",
+        "instructions": "Simulation instructions",
+    },
     order=("task", "actions", "state", "demonstrations", "instructions"),
     markup=_markdown,
 )
@@ -32,12 +37,20 @@ RL_TEMPLATE = SFTTemplate(
 def rl_system_prompt(domain: str, system: SystemPrompt, control_instruction: str | None, thinking: bool = True) -> str:
     if control_instruction:
         own = (system.simulation_instructions or "").strip()
-        system = replace(system, simulation_instructions=f"{own}\n\n{control_instruction}" if own else control_instruction)
+        system = replace(
+            system, simulation_instructions=f"{own}\n\n{control_instruction}" if own else control_instruction
+        )
     return RL_TEMPLATE.render(domain, system, thinking)
 
 
-def rl_messages(domain: str, system: SystemPrompt, history: Sequence[ScoredTurn], action: str,
-                control_instruction: str | None, thinking: bool = True) -> list[dict[str, str]]:
+def rl_messages(
+    domain: str,
+    system: SystemPrompt,
+    history: Sequence[ScoredTurn],
+    action: str,
+    control_instruction: str | None,
+    thinking: bool = True,
+) -> list[dict[str, str]]:
     """The conversation the policy completes: system prompt (asking for the thinking or the direct
     format), the kept history (observations without thinking, as in SFT samples), the target action."""
     messages = [{"role": "system", "content": rl_system_prompt(domain, system, control_instruction, thinking)}]

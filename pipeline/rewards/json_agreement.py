@@ -90,8 +90,12 @@ def _agreements(prediction: str, reference: str, action: str) -> tuple[float, fl
     reference_weights = _weights(expected, action)
     prediction_weights = _weights(predicted, action)
     same = [path for path, value in reference_leaves.items() if prediction_leaves.get(path, ("absent",)) == value]
-    values = _f1(sum(reference_weights[p] for p in same), sum(reference_weights.values()),
-                 sum(prediction_weights[p] for p in same), sum(prediction_weights.values()))
+    values = _f1(
+        sum(reference_weights[p] for p in same),
+        sum(reference_weights.values()),
+        sum(prediction_weights[p] for p in same),
+        sum(prediction_weights.values()),
+    )
     shared = reference_leaves.keys() & prediction_leaves.keys()
     keys = _f1(len(shared), len(reference_leaves), len(shared), len(prediction_leaves))
     return values, keys

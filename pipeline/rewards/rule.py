@@ -51,7 +51,10 @@ def rule_rewards(
     if len(verifiers) != len(predictions):
         raise ValueError(f"{len(verifiers)} verifiers for {len(predictions)} predictions")
     jobs = [
-        (index, SandboxJob(HARNESS, {"verifier.py": code, "prediction.txt": prediction}, secrets.token_hex(16).encode()))
+        (
+            index,
+            SandboxJob(HARNESS, {"verifier.py": code, "prediction.txt": prediction}, secrets.token_hex(16).encode()),
+        )
         for index, (code, prediction) in enumerate(zip(verifiers, predictions))
         if code is not None
     ]

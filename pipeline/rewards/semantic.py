@@ -42,9 +42,11 @@ NOT_JSON_SHARE = 0.2  # of the text score, for a prediction that is not JSON whe
 CONTENT_SHARE, FORMAT_SHARE, EMBEDDING_SHARE = 0.5, 0.3, 0.2
 # Part of every judge fingerprint that uses this scorer (pipeline/sft/generators.py): a changed score
 # must not reuse judgements made with the old one.
-SCORER_VERSION = (f"observation-v3:binding/{BINDING_SHARE}:"
-                  f"minilm-l6-v2:{CONTENT_SHARE}/{FORMAT_SHARE}/{EMBEDDING_SHARE}:"
-                  f"json-leaves/{JSON_STEP}/{NOT_JSON_SHARE}")
+SCORER_VERSION = (
+    f"observation-v3:binding/{BINDING_SHARE}:"
+    f"minilm-l6-v2:{CONTENT_SHARE}/{FORMAT_SHARE}/{EMBEDDING_SHARE}:"
+    f"json-leaves/{JSON_STEP}/{NOT_JSON_SHARE}"
+)
 
 
 def is_json(text: str) -> bool:
@@ -130,8 +132,15 @@ class SemanticScorer:
         cosines = self._cosines([scored[i] for i in textual])
         for index, cosine in zip(textual, cosines):
             prediction, reference, action = scored[index]
-            value = min(1.0, max(0.0, CONTENT_SHARE * content_agreement(prediction, reference, action)
-                                 + FORMAT_SHARE * format_agreement(prediction, reference) + EMBEDDING_SHARE * cosine))
+            value = min(
+                1.0,
+                max(
+                    0.0,
+                    CONTENT_SHARE * content_agreement(prediction, reference, action)
+                    + FORMAT_SHARE * format_agreement(prediction, reference)
+                    + EMBEDDING_SHARE * cosine,
+                ),
+            )
             if is_json(reference):  # prose where the environment answers JSON: below every answer one step right
                 results[index] = Similarity(NOT_JSON_SHARE * value, "json_leaves")
             else:

@@ -72,8 +72,10 @@ IN_PROGRESS = re.compile(
 FAILURE = re.compile(
     r"(?i)\b(?:errors?|failed|failures?|denied|not found|invalid|exception|rejected|conflict|unavailable|[45]\d\d)\b"
 )
-SUCCESS = re.compile(r"(?i)\b(?:ok|success|succeeded|successful(?:ly)?|created|updated|deleted|done|completed|saved|"
-                     r"passed|20[0-4]|true)\b")
+SUCCESS = re.compile(
+    r"(?i)\b(?:ok|success|succeeded|successful(?:ly)?|created|updated|deleted|done|completed|saved|"
+    r"passed|20[0-4]|true)\b"
+)
 
 
 def _shows_more(pattern: re.Pattern, prediction: str, reference: str) -> bool:

@@ -26,8 +26,14 @@ def _predictions_path(output_dir: Path, name: str) -> Path:
     return output_dir / f"heldout_{name}_predictions.json"
 
 
-def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: int, output_dir: Path,
-                        sets: Sequence[tuple[str, bool]], fmt: AnswerFormat) -> None:
+def heldout_predictions(
+    queries: Sequence[Query],
+    model_ref: str,
+    max_tokens: int,
+    output_dir: Path,
+    sets: Sequence[tuple[str, bool]],
+    fmt: AnswerFormat,
+) -> None:
     """Greedy predictions of `queries` by `model_ref` (the transformers backend), kept in the run's folder,
     one file per set `(name, controlled)`; `controlled`: each query asked with a control instruction, the
     kinds in turn (`heldout_control`). The sets not yet written are asked together: one model load, one
@@ -39,10 +45,24 @@ def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: in
     missing = [(name, controlled) for name, controlled in sets if not _predictions_path(output_dir, name).is_file()]
     if not missing:
         return
-    asked = {name: [ChatRequest(tuple(rl_messages(q.domain, q.system, q.history, q.action,
-                                                  CONTROLS[heldout_control(i)] if controlled else None, fmt.thinking)))
-                    for i, q in enumerate(queries)]
-             for name, controlled in missing}
+    asked = {
+        name: [
+            ChatRequest(
+                tuple(
+                    rl_messages(
+                        q.domain,
+                        q.system,
+                        q.history,
+                        q.action,
+                        CONTROLS[heldout_control(i)] if controlled else None,
+                        fmt.thinking,
+                    )
+                )
+            )
+            for i, q in enumerate(queries)
+        ]
+        for name, controlled in missing
+    }
     answers = []
     if queries:
         endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=max_tokens)
@@ -50,12 +70,14 @@ def heldout_predictions(queries: Sequence[Query], model_ref: str, max_tokens: in
             client = open_client(endpoint, scratch, "rl.heldout." + "+".join(name for name, _ in missing))
             answers = client.complete_sync([request for requests in asked.values() for request in requests])
     for position, name in enumerate(asked):
-        mine = answers[position * len(queries): (position + 1) * len(queries)]
+        mine = answers[position * len(queries) : (position + 1) * len(queries)]
         predictions = [{"query_id": q.query_id, "text": a.text, "error": a.error} for q, a in zip(queries, mine)]
         write_text_atomic(_predictions_path(output_dir, name), json.dumps(predictions, indent=2) + "\n")
 
 
-def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: str, fmt: AnswerFormat) -> dict[str, Any]:
+def heldout_control_following(
+    queries: Sequence[Query], output_dir: Path, name: str, fmt: AnswerFormat
+) -> dict[str, Any]:
     """The share of the controlled predictions kept under `name` that obey their instruction, and per kind."""
     if not queries:
         return {"queries": 0, "following_rate": None, "by_kind": {}}
@@ -66,5 +88,8 @@ def heldout_control_following(queries: Sequence[Query], output_dir: Path, name: 
         kind = heldout_control(index)
         by_kind.setdefault(kind, []).append(parsed.ok and obeys(kind, parsed.prediction, query.reference))  # type: ignore[arg-type]  # ok: a prediction
     followed = [ok for oks in by_kind.values() for ok in oks]
-    return {"queries": len(followed), "following_rate": sum(followed) / len(followed),
-            "by_kind": {kind: sum(oks) / len(oks) for kind, oks in sorted(by_kind.items())}}
+    return {
+        "queries": len(followed),
+        "following_rate": sum(followed) / len(followed),
+        "by_kind": {kind: sum(oks) / len(oks) for kind, oks in sorted(by_kind.items())},
+    }

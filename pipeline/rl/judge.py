@@ -22,10 +22,19 @@ def judge_query(prompt: RLPrompt) -> Query:
     """The prompt as the SFT judge's context reads it: its history pairs and action, from its messages."""
     turns = prompt.messages[1:-1]
     history = tuple(
-        ScoredTurn(-1, user["content"], assistant["content"], "history", 1.0) for user, assistant in zip(turns[::2], turns[1::2])
+        ScoredTurn(-1, user["content"], assistant["content"], "history", 1.0)
+        for user, assistant in zip(turns[::2], turns[1::2])
     )
-    return Query(prompt.trajectory_id, prompt.turn_index, prompt.domain, SystemPrompt(), history,
-                 prompt.messages[-1]["content"], prompt.reference, 0)
+    return Query(
+        prompt.trajectory_id,
+        prompt.turn_index,
+        prompt.domain,
+        SystemPrompt(),
+        history,
+        prompt.messages[-1]["content"],
+        prompt.reference,
+        0,
+    )
 
 
 class RubricJudge:
@@ -42,8 +51,10 @@ class RubricJudge:
         if prompt.control_instruction:
             system = f"{system}\n\n{self.control_note}"
             control = f"\n\n## Control instruction given to the simulator\n{prompt.control_instruction}"
-        user = (f"{_context(judge_query(prompt), self.history_turns)}{control}\n\n## Reference observation\n"
-                f"{_cut(prompt.reference)}\n\n## Predicted observation\n{_cut(prediction)}")
+        user = (
+            f"{_context(judge_query(prompt), self.history_turns)}{control}\n\n## Reference observation\n"
+            f"{_cut(prompt.reference)}\n\n## Predicted observation\n{_cut(prediction)}"
+        )
         return ({"role": "system", "content": system}, {"role": "user", "content": user})
 
     async def score(self, items: Sequence[tuple[RLPrompt, str]]) -> list[Verdict]:
@@ -51,6 +62,9 @@ class RubricJudge:
 
         if not items:
             return []
-        requests = [ChatRequest(self.messages(prompt, prediction), response_format=self.response_format) for prompt, prediction in items]
+        requests = [
+            ChatRequest(self.messages(prompt, prediction), response_format=self.response_format)
+            for prompt, prediction in items
+        ]
         answers = await self.client.complete(requests)
         return [validate_pointwise(answer.text, answer.error) for answer in answers]

@@ -29,8 +29,9 @@ def _path(output_dir: Path, name: str) -> Path:
     return output_dir / f"prompt_rewards_{name}.json"
 
 
-def measure_prompt_rewards(prompts: Sequence[RLPrompt], model_ref: str, max_tokens: int, output_dir: Path, name: str,
-                           rewards) -> list[dict[str, Any]]:
+def measure_prompt_rewards(
+    prompts: Sequence[RLPrompt], model_ref: str, max_tokens: int, output_dir: Path, name: str, rewards
+) -> list[dict[str, Any]]:
     """Per prompt: the greedy answer of `model_ref` and its rewards (kept under `name`)."""
     from pipeline.config.llm import EndpointConfig
     from pipeline.llm.client import ChatRequest, open_client
@@ -42,14 +43,22 @@ def measure_prompt_rewards(prompts: Sequence[RLPrompt], model_ref: str, max_toke
         return json.loads(path.read_text())
     if not prompts:
         return []
-    endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0, max_tokens=max_tokens,
-                              batch_size=pass_rows(len(prompts)))
+    endpoint = EndpointConfig(
+        backend="transformers",
+        model=str(model_ref),
+        temperature=0.0,
+        max_tokens=max_tokens,
+        batch_size=pass_rows(len(prompts)),
+    )
     with Store(output_dir / CACHE) as scratch:
         client = open_client(endpoint, scratch, f"rl.prompt_rewards.{name}")
         answers = client.complete_sync([ChatRequest(tuple(prompt.messages)) for prompt in prompts])
     texts = [answer.text or "" for answer in answers]
     scored = rewards.combined(texts, [prompt.prompt_index for prompt in prompts])
-    rows = [{"prompt_index": p.prompt_index, "text": a.text, "error": a.error, **s} for p, a, s in zip(prompts, answers, scored)]
+    rows = [
+        {"prompt_index": p.prompt_index, "text": a.text, "error": a.error, **s}
+        for p, a, s in zip(prompts, answers, scored)
+    ]
     write_text_atomic(path, json.dumps(rows, indent=2) + "\n")
     return rows
 
@@ -61,10 +70,16 @@ def prompt_reward_metrics(before: list[dict[str, Any]], after: list[dict[str, An
     first, last = bootstrap_mean([r["combined"] for r in before]), bootstrap_mean([r["combined"] for r in after])
     change = paired_difference([r["combined"] for r in after], [r["combined"] for r in before])
     return {
-        "prompt_reward_before": first.mean, "prompt_reward_before_low": first.low, "prompt_reward_before_high": first.high,
-        "prompt_reward_after": last.mean, "prompt_reward_after_low": last.low, "prompt_reward_after_high": last.high,
-        "prompt_reward_change": change.mean, "prompt_reward_change_low": change.low,
-        "prompt_reward_change_high": change.high, "prompt_reward_verdict": change.direction,
+        "prompt_reward_before": first.mean,
+        "prompt_reward_before_low": first.low,
+        "prompt_reward_before_high": first.high,
+        "prompt_reward_after": last.mean,
+        "prompt_reward_after_low": last.low,
+        "prompt_reward_after_high": last.high,
+        "prompt_reward_change": change.mean,
+        "prompt_reward_change_low": change.low,
+        "prompt_reward_change_high": change.high,
+        "prompt_reward_verdict": change.direction,
         "prompt_reward_prompts": change.n,
         "prompt_rule_reward_after": bootstrap_mean([r["rule"] for r in after]).mean,
     }

@@ -83,22 +83,43 @@ def verified_turns(store, pool: str) -> list[tuple[str, int]]:
         "WHERE s.pool = ? AND u.metadata IS NOT NULL ORDER BY 1, 2",
         [pool],
     ).fetchall()
-    return [(trajectory_id, turn_index) for trajectory_id, turn_index, metadata in rows
-            if verifier_of(json.loads(metadata) if isinstance(metadata, str) else metadata) is not None]
+    return [
+        (trajectory_id, turn_index)
+        for trajectory_id, turn_index, metadata in rows
+        if verifier_of(json.loads(metadata) if isinstance(metadata, str) else metadata) is not None
+    ]
 
 
-def build_prompts(queries: Sequence[Query], verifier_code: dict[tuple[str, int], str], control_fraction: float,
-                  seed: int, thinking: bool = True) -> list[RLPrompt]:
+def build_prompts(
+    queries: Sequence[Query],
+    verifier_code: dict[tuple[str, int], str],
+    control_fraction: float,
+    seed: int,
+    thinking: bool = True,
+) -> list[RLPrompt]:
     """The prompts in RL's template, asking for the thinking or the direct format (`answers.thinking`)."""
     prompts = []
     for index, query in enumerate(queries):
         control = draw_control(seed, query.trajectory_id, control_fraction)
-        prompts.append(RLPrompt(
-            index, query.trajectory_id, query.turn_index, query.domain,
-            rl_messages(query.domain, query.system, query.history, query.action, CONTROLS[control] if control else None,
-                        thinking),
-            query.reference, verifier_code.get((query.trajectory_id, query.turn_index)), control,
-        ))
+        prompts.append(
+            RLPrompt(
+                index,
+                query.trajectory_id,
+                query.turn_index,
+                query.domain,
+                rl_messages(
+                    query.domain,
+                    query.system,
+                    query.history,
+                    query.action,
+                    CONTROLS[control] if control else None,
+                    thinking,
+                ),
+                query.reference,
+                verifier_code.get((query.trajectory_id, query.turn_index)),
+                control,
+            )
+        )
     return prompts
 
 

@@ -101,7 +101,9 @@ class Rewards:
     def weights(self) -> list[float]:
         return [self.config.main_weight, self.config.rule_weight]
 
-    def parse(self, completion_ids: Sequence[Sequence[int]], texts: Sequence[str] | None = None) -> list[ParsedCandidate]:
+    def parse(
+        self, completion_ids: Sequence[Sequence[int]], texts: Sequence[str] | None = None
+    ) -> list[ParsedCandidate]:
         """The completions (token ids, or `texts` already decoded) parsed in the run's answer format."""
         if texts is None:
             texts = self.tokenizer.batch_decode([list(ids) for ids in completion_ids], skip_special_tokens=True)
@@ -112,12 +114,26 @@ class Rewards:
         their weighted sum, a reward that does not apply adding nothing), for RL's before/after measure on
         its own prompts."""
         functions = self.functions()
-        main, rule = (asyncio.run(f(prompts=None, completions=None, completion_ids=None, texts=list(texts),
-                                    prompt_index=list(prompt_index))) for f in functions)
-        return [{"main": m, "rule": r, "combined": self.config.main_weight * m + self.config.rule_weight * (r or 0.0)}
-                for m, r in zip(main, rule)]
+        main, rule = (
+            asyncio.run(
+                f(
+                    prompts=None,
+                    completions=None,
+                    completion_ids=None,
+                    texts=list(texts),
+                    prompt_index=list(prompt_index),
+                )
+            )
+            for f in functions
+        )
+        return [
+            {"main": m, "rule": r, "combined": self.config.main_weight * m + self.config.rule_weight * (r or 0.0)}
+            for m, r in zip(main, rule)
+        ]
 
-    async def _rubric(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float]:
+    async def _rubric(
+        self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_
+    ) -> list[float]:
         parsed = self.parse(completion_ids, texts)
         usable = [i for i, p in enumerate(parsed) if p.ok]
         verdicts = await self.judge.score([(self.prompts[prompt_index[i]], parsed[i].prediction) for i in usable])
@@ -130,7 +146,9 @@ class Rewards:
             self._log_common(log_metric, parsed, prompt_index)
         return rewards
 
-    async def _semantic(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float]:
+    async def _semantic(
+        self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_
+    ) -> list[float]:
         parsed = self.parse(completion_ids, texts)
         rewards = [0.0] * len(parsed)
         usable = [i for i, p in enumerate(parsed) if p.ok and not self.prompts[prompt_index[i]].control]
@@ -138,8 +156,10 @@ class Rewards:
             prompt = self.prompts[prompt_index[i]]
             if p.ok and prompt.control:  # the reference lacks the fault: the instruction's rule scores it
                 rewards[i] = control_reward(prompt.control, p.prediction, prompt.reference)  # type: ignore[arg-type]  # ok: a prediction
-        pairs = [(parsed[i].prediction, self.prompts[prompt_index[i]].reference, self.prompts[prompt_index[i]].action)
-                 for i in usable]
+        pairs = [
+            (parsed[i].prediction, self.prompts[prompt_index[i]].reference, self.prompts[prompt_index[i]].action)
+            for i in usable
+        ]
         similarities = await asyncio.to_thread(self._similarities, pairs) if pairs else []
         for i, similarity in zip(usable, similarities):
             rewards[i] = semantic_reward(similarity)
@@ -160,10 +180,16 @@ class Rewards:
         controlled = [(p, self.prompts[i]) for p, i in zip(parsed, prompt_index) if self.prompts[i].control]
         if controlled:  # instruction-following by the rule of each kind, whichever judge rewards it
             # cast: an ok candidate has a prediction.
-            followed = sum(1 for p, prompt in controlled if p.ok and obeys(prompt.control, cast(str, p.prediction), prompt.reference))
+            followed = sum(
+                1
+                for p, prompt in controlled
+                if p.ok and obeys(prompt.control, cast(str, p.prediction), prompt.reference)
+            )
             log_metric("control/following_rate", followed / len(controlled))
 
-    async def _rule(self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_) -> list[float | None]:
+    async def _rule(
+        self, prompts, completions, completion_ids, prompt_index, log_metric=None, texts=None, **_
+    ) -> list[float | None]:
         from pipeline.rewards.rule import FAIL_REWARD, rule_rewards
 
         parsed = self.parse(completion_ids, texts)

@@ -78,7 +78,9 @@ def learned_nothing_reason(outcome: "GSPOOutcome") -> str | None:
     targets made every completion score alike, every group's advantages 0, every gradient 0, and the
     checkpoint equal to its start, while the stage said "completed"."""
     norms = [entry["grad_norm"] for entry in outcome.history if entry.get("grad_norm") is not None]
-    flat = [entry.get("frac_reward_zero_std") for entry in outcome.history if entry.get("frac_reward_zero_std") is not None]
+    flat = [
+        entry.get("frac_reward_zero_std") for entry in outcome.history if entry.get("frac_reward_zero_std") is not None
+    ]
     if outcome.parameters_changed == 0:
         why = f"no weight changed in {outcome.global_step} GSPO steps (of {outcome.parameters_measured} parameters)"
     elif norms and all(norm == 0 for norm in norms):
@@ -87,8 +89,10 @@ def learned_nothing_reason(outcome: "GSPOOutcome") -> str | None:
         return None
     if flat and all(value == 1 for value in flat):
         why += ": every group's completions got the same reward (frac_reward_zero_std 1), so every advantage was 0"
-    return (why + "; give rl.num_generations or rl.temperature room to vary, check that rl.max_completion_length "
-            "holds a whole answer, and that the reward can tell completions apart")
+    return (
+        why + "; give rl.num_generations or rl.temperature room to vary, check that rl.max_completion_length "
+        "holds a whole answer, and that the reward can tell completions apart"
+    )
 
 
 def grpo_arguments(config, trainer_dir: Path, reward_weights: Sequence[float]):
@@ -161,8 +165,9 @@ def _dataset(prompts: Sequence[RLPrompt]):
     return Dataset.from_list([{"prompt": p.messages, "prompt_index": p.prompt_index} for p in prompts])
 
 
-def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], rewards, trainer_dir: Path,
-               model_dir: Path) -> GSPOOutcome:
+def train_gspo(
+    config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], rewards, trainer_dir: Path, model_dir: Path
+) -> GSPOOutcome:
     """Train (or resume) GSPO on `prompts` and save the model to `model_dir`."""
     from transformers import PrinterCallback
     from transformers.utils import logging as hf_logging
@@ -210,7 +215,9 @@ def train_gspo(config, base_ref: str, tokenizer, prompts: Sequence[RLPrompt], re
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     args = trainer.args
-    completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
+    completions = (
+        args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
+    )
     return GSPOOutcome(
         trainer.state.global_step,
         start.first_step,

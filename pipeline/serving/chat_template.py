@@ -71,7 +71,9 @@ _STRIP_THINKING = (
     "{%- endif -%}"
 )
 
-_IS_PART = "message['role'] in ['system', 'developer'] and message.get('name') in " + json.dumps(list(SYSTEM_PART_NAMES))
+_IS_PART = "message['role'] in ['system', 'developer'] and message.get('name') in " + json.dumps(
+    list(SYSTEM_PART_NAMES)
+)
 
 
 def _literal(value) -> str:
@@ -89,10 +91,18 @@ def _answer_mode(fmt: PromptFormat) -> str:
         "{%- endif -%}"
         "{%- set thinking = enable_thinking -%}"
         "{%- else -%}{%- set thinking = " + _literal(fmt.thinking) + " -%}{%- endif -%}"
-        "{%- if (" + _literal(ANSWER_FORMAT_NAMES[True]) + " if thinking else " + _literal(ANSWER_FORMAT_NAMES[False])
-        + ") not in " + _literal(list(fmt.answer_formats)) + " -%}"
-        "{{ raise_exception('world model chat: ' ~ (" + _literal(fmt.refusal(True)) + " if thinking else "
-        + _literal(fmt.refusal(False)) + ")) }}"
+        "{%- if ("
+        + _literal(ANSWER_FORMAT_NAMES[True])
+        + " if thinking else "
+        + _literal(ANSWER_FORMAT_NAMES[False])
+        + ") not in "
+        + _literal(list(fmt.answer_formats))
+        + " -%}"
+        "{{ raise_exception('world model chat: ' ~ ("
+        + _literal(fmt.refusal(True))
+        + " if thinking else "
+        + _literal(fmt.refusal(False))
+        + ")) }}"
         "{%- endif -%}"
     )
 
@@ -118,7 +128,10 @@ def _system_from_parts(fmt: PromptFormat) -> str:
         "{%- set names = " + _literal(DOMAIN_NAMES) + " -%}"
         "{%- set description = names[ns.domain] if ns.domain in names else names['other'] -%}"
         "{%- set task = [" + _literal(layout.intro) + " | replace('{domain}', ns.domain) | replace('{description}', "
-        "description), " + _literal(layout.instruction) + " if thinking else " + _literal(layout.direct_instruction)
+        "description), "
+        + _literal(layout.instruction)
+        + " if thinking else "
+        + _literal(layout.direct_instruction)
         + "] -%}"
         "{%- if ns.task_description | trim -%}{%- set task = task + [ns.task_description | trim] -%}{%- endif -%}"
         "{%- set actions = [] -%}"
@@ -148,7 +161,9 @@ def chat_template(fmt: PromptFormat) -> str:
         + _system_from_parts(fmt)
         + "{%- for message in messages -%}"
         + _ROLES_CHECK
-        + "{%- if not (" + _IS_PART + ") -%}"
+        + "{%- if not ("
+        + _IS_PART
+        + ") -%}"
         + _CONTENT
         + _ROLE
         + (_STRIP_THINKING if fmt.thinking else "")

@@ -69,8 +69,11 @@ class WorldModelEnvironment:
         self.domain = domain
         served = {} if prompt_format else self._served()
         # Given a prompt format (vLLM), the model is taken at its word on the answer format too.
-        self.format = (named_format(prompt_format, enable_thinking) if prompt_format
-                       else named_format(served["prompt_format"], served.get("thinking")))
+        self.format = (
+            named_format(prompt_format, enable_thinking)
+            if prompt_format
+            else named_format(served["prompt_format"], served.get("thinking"))
+        )
         self.thinking = self.format.answer_mode(enable_thinking)  # UntrainedAnswerFormat: a format it never learnt
         self.max_history_chars = max_history_chars if max_history_chars is not None else served.get("max_history_chars")
         self.max_tokens = max_tokens
@@ -109,7 +112,9 @@ class WorldModelEnvironment:
         from pipeline.sft.queries import kept_history
         from pipeline.store.schema import ScoredTurn
 
-        turns = [ScoredTurn(i, action, observation, "history", 1.0) for i, (action, observation) in enumerate(self.history)]
+        turns = [
+            ScoredTurn(i, action, observation, "history", 1.0) for i, (action, observation) in enumerate(self.history)
+        ]
         kept, _ = kept_history(turns, self.max_history_chars)
         return [(turn.action, turn.observation) for turn in kept]
 
@@ -120,13 +125,17 @@ class WorldModelEnvironment:
 
         history = self.kept_history()
         while True:
-            messages = world_model_messages(self.format, self.domain, self.system, history, action, control_instructions,
-                                            self.thinking)
+            messages = world_model_messages(
+                self.format, self.domain, self.system, history, action, control_instructions, self.thinking
+            )
             try:
                 answer = self.client.chat.completions.create(
-                    model=self.model, messages=cast("list[ChatCompletionMessageParam]", messages),
-                    max_tokens=self.max_tokens, temperature=self.temperature,
-                    seed=seed, extra_body={"chat_template_kwargs": {"enable_thinking": self.thinking}},
+                    model=self.model,
+                    messages=cast("list[ChatCompletionMessageParam]", messages),
+                    max_tokens=self.max_tokens,
+                    temperature=self.temperature,
+                    seed=seed,
+                    extra_body={"chat_template_kwargs": {"enable_thinking": self.thinking}},
                 )
                 break
             except BadRequestError as exc:

@@ -40,9 +40,13 @@ class EpisodeSpec:
         """From a dataset row or gymnasium `options`: `task`, the system parts by name, and the ends."""
         parts = {name: values[name] for name in SYSTEM_PARTS if values.get(name) is not None}
         max_steps = values.get("max_steps")
-        return cls(task=str(values.get("task") or values.get("task_description") or ""), system=SystemPrompt(**parts),
-                   verifier=values.get("verifier") or None, success_pattern=values.get("success_pattern") or None,
-                   max_steps=int(max_steps) if max_steps is not None else None)
+        return cls(
+            task=str(values.get("task") or values.get("task_description") or ""),
+            system=SystemPrompt(**parts),
+            verifier=values.get("verifier") or None,
+            success_pattern=values.get("success_pattern") or None,
+            max_steps=int(max_steps) if max_steps is not None else None,
+        )
 
 
 def step_seed(episode_seed: int, step: int) -> int:

@@ -55,8 +55,10 @@ class ExportChoice:
         text = f"{self.chosen.stage} (validation score {self.chosen.score:.1f})"
         if self.runner_up is not None and self.runner_up.score is not None and self.margin is not None:
             verdict = "a measurable margin" if self.margin.measurable else "no measurable margin"
-            text += (f" over the runner-up {self.runner_up.stage} ({self.runner_up.score:.1f}): "
-                     f"{self.margin.text(signed=True)}, {verdict}")
+            text += (
+                f" over the runner-up {self.runner_up.stage} ({self.runner_up.score:.1f}): "
+                f"{self.margin.text(signed=True)}, {verdict}"
+            )
         if self.base_score is not None:
             relation = "above" if self.chosen.score > self.base_score else "NOT above"
             text += f"; {relation} the base model's {self.base_score:.1f}"
@@ -64,11 +66,14 @@ class ExportChoice:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "chosen": self.chosen.checkpoint_id, "chosen_stage": self.chosen.stage, "chosen_score": self.chosen.score,
+            "chosen": self.chosen.checkpoint_id,
+            "chosen_stage": self.chosen.stage,
+            "chosen_score": self.chosen.score,
             "runner_up": self.runner_up.checkpoint_id if self.runner_up else None,
             "runner_up_stage": self.runner_up.stage if self.runner_up else None,
             "runner_up_score": self.runner_up.score if self.runner_up else None,
-            "margin": self.margin.as_dict() if self.margin else None, "base_score": self.base_score,
+            "margin": self.margin.as_dict() if self.margin else None,
+            "base_score": self.base_score,
             "reason": self.reason,
         }
 
@@ -102,9 +107,14 @@ def choose(store) -> ExportChoice | None:
         return None
     scored = [c for c in candidates if c.score is not None]
     if not scored:
-        return ExportChoice(candidates[0], None, None, None,
-                            f"{candidates[0].stage}, the last training stage that ran: no checkpoint has a validation "
-                            "score (validation.max_queries is 0, or the checkpoints predate it)")
+        return ExportChoice(
+            candidates[0],
+            None,
+            None,
+            None,
+            f"{candidates[0].stage}, the last training stage that ran: no checkpoint has a validation "
+            "score (validation.max_queries is 0, or the checkpoints predate it)",
+        )
     # Highest score first; among equals the later stage (TRAINING_STAGES is last first, and sorted() is stable).
     ranked = sorted(scored, key=lambda c: -c.score)  # type: ignore[operator]  # scored: not None
     chosen, runner_up = ranked[0], (ranked[1] if len(ranked) > 1 else None)

@@ -73,9 +73,14 @@ def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[
     tokenizer.model_max_length = metadata["context_length"]  # the trained length, which servers read as the limit
     tokenizer.save_pretrained(partial)
     stops = _write_generation_config(source, partial, tokenizer)
-    recorded = {**metadata, "prompt_format": fmt.name, "thinking": fmt.thinking,
-                "answer_formats": list(fmt.answer_formats), "default_answer_format": ANSWER_FORMAT_NAMES[fmt.thinking],
-                "stop_token_ids": stops}
+    recorded = {
+        **metadata,
+        "prompt_format": fmt.name,
+        "thinking": fmt.thinking,
+        "answer_formats": list(fmt.answer_formats),
+        "default_answer_format": ANSWER_FORMAT_NAMES[fmt.thinking],
+        "stop_token_ids": stops,
+    }
     (partial / METADATA_FILE).write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     (partial / "README.md").write_text(card, encoding="utf-8")
     if out_dir.exists():
@@ -88,7 +93,9 @@ def read_metadata(model_dir: Path) -> dict[str, Any]:
     """`simulacra.json` of an exported folder; a folder without one is not an export."""
     path = Path(model_dir) / METADATA_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{model_dir} is not an exported world model (no {METADATA_FILE}): run `simulacra export`")
+        raise FileNotFoundError(
+            f"{model_dir} is not an exported world model (no {METADATA_FILE}): run `simulacra export`"
+        )
     return json.loads(path.read_text())
 
 

@@ -29,8 +29,11 @@ def _registered(store, where: str, parameters: list) -> list[SourceCheckpoint]:
         f"SELECT checkpoint_id, stage, path, base_model FROM checkpoints WHERE {where} ORDER BY created_at DESC, checkpoint_id",
         parameters,
     )
-    return [SourceCheckpoint(r["checkpoint_id"], r["stage"], Path(r["path"]), r["base_model"] or "") for r in rows
-            if (Path(r["path"]) / "config.json").is_file()]
+    return [
+        SourceCheckpoint(r["checkpoint_id"], r["stage"], Path(r["path"]), r["base_model"] or "")
+        for r in rows
+        if (Path(r["path"]) / "config.json").is_file()
+    ]
 
 
 def resolve_source(config, store) -> SourceCheckpoint:
@@ -41,14 +44,18 @@ def resolve_source(config, store) -> SourceCheckpoint:
             return found[0]
         path = Path(chosen).expanduser().resolve()
         if not (path / "config.json").is_file():
-            raise NothingToExport(f"export.checkpoint: {chosen} is neither a registered checkpoint_id nor a model folder")
+            raise NothingToExport(
+                f"export.checkpoint: {chosen} is neither a registered checkpoint_id nor a model folder"
+            )
         return SourceCheckpoint(path.name, None, path, str(path))
     from pipeline.serving.export_choice import choose
 
     # The best validation score among each training stage's newest checkpoint (pipeline/serving/export_choice.py).
     choice = choose(store)
     if choice is None:
-        raise NothingToExport("no checkpoint of rl, sft or cpt is registered: run the training stages first, or set export.checkpoint")
+        raise NothingToExport(
+            "no checkpoint of rl, sft or cpt is registered: run the training stages first, or set export.checkpoint"
+        )
     chosen = choice.chosen
     return SourceCheckpoint(chosen.checkpoint_id, chosen.stage, chosen.path, chosen.base_model)
 
@@ -68,5 +75,7 @@ def resolve_format(config, source: SourceCheckpoint):
     try:
         return prompt_format(name, trained.thinking if trained else None)
     except ValueError as exc:  # the cpt template for a checkpoint trained thinking
-        raise NothingToExport(f"export.prompt_format: {exc}, and the checkpoint {source.checkpoint_id} was trained "
-                              "to answer thinking: choose sft or rl") from None
+        raise NothingToExport(
+            f"export.prompt_format: {exc}, and the checkpoint {source.checkpoint_id} was trained "
+            "to answer thinking: choose sft or rl"
+        ) from None

@@ -45,12 +45,34 @@ class WorldModelEnv(gymnasium.Env[str, str]):
     metadata = {"render_modes": ["ansi"]}
     observation_space: TextOf  # gymnasium declares a Space; this one has a max_length
 
-    def __init__(self, base_url: str, model: str, domain: str, episode: EpisodeSpec, *,
-                 prompt_format: str | None = None, max_history_chars: int | None = None, max_tokens: int = 512,
-                 temperature: float = 1.0, max_action_chars: int = 4096, max_observation_chars: int = 1 << 20,
-                 render_mode: str | None = None, api_key: str = "EMPTY", enable_thinking: bool | None = None):
-        self.simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                               max_tokens, temperature, enable_thinking=enable_thinking)
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        domain: str,
+        episode: EpisodeSpec,
+        *,
+        prompt_format: str | None = None,
+        max_history_chars: int | None = None,
+        max_tokens: int = 512,
+        temperature: float = 1.0,
+        max_action_chars: int = 4096,
+        max_observation_chars: int = 1 << 20,
+        render_mode: str | None = None,
+        api_key: str = "EMPTY",
+        enable_thinking: bool | None = None,
+    ):
+        self.simulator = WorldModelEnvironment(
+            base_url,
+            model,
+            domain,
+            prompt_format,
+            max_history_chars,
+            api_key,
+            max_tokens,
+            temperature,
+            enable_thinking=enable_thinking,
+        )
         self.episode = episode
         self.action_space = TextOf(max_length=max_action_chars)
         self.observation_space = TextOf(max_length=max_observation_chars)
@@ -72,8 +94,12 @@ class WorldModelEnv(gymnasium.Env[str, str]):
         observation = self.simulator.step(action, seed=step_seed(self._episode_seed, self._steps))
         observation = observation[: self.observation_space.max_length]
         outcome = judge(self.episode, observation, self._steps)
-        info = {"thinking": self.simulator.last_thinking, "reason": outcome.reason,
-                "history_sent": self.simulator.last_history_sent, "steps": self._steps}
+        info = {
+            "thinking": self.simulator.last_thinking,
+            "reason": outcome.reason,
+            "history_sent": self.simulator.last_history_sent,
+            "steps": self._steps,
+        }
         return observation, outcome.reward, outcome.terminated, outcome.truncated, info
 
     def render(self) -> str | None:

@@ -105,7 +105,13 @@ def _front_matter(facts: CardFacts) -> str:
     meta.update(
         library_name="transformers",
         pipeline_tag="text-generation",
-        tags=["world-model", "simulacra", "agent-environment-simulator", "chatml", *sorted({row["domain"] for row in facts.pools})],
+        tags=[
+            "world-model",
+            "simulacra",
+            "agent-environment-simulator",
+            "chatml",
+            *sorted({row["domain"] for row in facts.pools}),
+        ],
     )
     datasets = sorted({row["source"] for row in facts.sources})
     if datasets:
@@ -125,18 +131,23 @@ def _model_index_results(facts: CardFacts) -> list[dict[str, Any]]:
         for key in ("observation_ce", "semantic_match", "rouge_l", "exact_match"):
             if row.get(key) is not None:
                 metrics.append({"type": key, "name": key.replace("_", " "), "value": round(float(row[key]), 4)})
-        results.append({
-            "task": {"type": "text-generation", "name": "world-model observation prediction"},
-            "dataset": {"type": "simulacra-eval", "name": f"{row['eval_set']} ({row['domain']})"},
-            "metrics": metrics,
-        })
+        results.append(
+            {
+                "task": {"type": "text-generation", "name": "world-model observation prediction"},
+                "dataset": {"type": "simulacra-eval", "name": f"{row['eval_set']} ({row['domain']})"},
+                "metrics": metrics,
+            }
+        )
     return results
 
 
 # The card's example: a small terminal trajectory, the same for every export so a reader can compare cards.
 EXAMPLE_DOMAIN = "terminal"
-EXAMPLE_SYSTEM: dict[str, Any] = {"task_description": "Count the lines of notes.txt.", "action_space": "bash commands, one per action",
-                  "initial_state": "~/notes.txt holds three lines."}
+EXAMPLE_SYSTEM: dict[str, Any] = {
+    "task_description": "Count the lines of notes.txt.",
+    "action_space": "bash commands, one per action",
+    "initial_state": "~/notes.txt holds three lines.",
+}
 EXAMPLE_TURNS = (("ls", "notes.txt"),)
 EXAMPLE_ACTION = "wc -l notes.txt"
 
@@ -152,8 +163,13 @@ def example_request(fmt, model_name: str, max_tokens: int) -> dict[str, Any]:
     for action, observation in EXAMPLE_TURNS:
         messages += [{"role": "user", "content": action}, {"role": "assistant", "content": observation}]
     messages.append({"role": "user", "content": EXAMPLE_ACTION})
-    return {"model": model_name, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "chat_template_kwargs": {"enable_thinking": fmt.thinking}}
+    return {
+        "model": model_name,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": fmt.thinking},
+    }
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -187,18 +203,26 @@ def _answer_formats(facts: CardFacts) -> str:
 
     trained = prompt_format(facts.prompt_format, facts.thinking).answer_formats
     default = ANSWER_FORMAT_NAMES[facts.thinking]
-    lines = [f"- Answer formats it was trained in: {', '.join(f'`{name}`' for name in trained)}; a request that "
-             f"does not say gets `{default}`."]
+    lines = [
+        f"- Answer formats it was trained in: {', '.join(f'`{name}`' for name in trained)}; a request that "
+        f"does not say gets `{default}`."
+    ]
     lines += [f"  - {ANSWER_FORMAT_TEXT[name]}" for name in trained]
     untrained = [name for name in ANSWER_FORMAT_TEXT if name not in trained]
     if untrained:
-        lines.append(f"  - {', '.join(f'`{name}`' for name in untrained)}: not trained, so refused: a 400 naming the "
-                     "trained formats from `simulacra serve`, the chat template's error from any other server.")
+        lines.append(
+            f"  - {', '.join(f'`{name}`' for name in untrained)}: not trained, so refused: a 400 naming the "
+            "trained formats from `simulacra serve`, the chat template's error from any other server."
+        )
     return "\n".join(lines)
 
 
 def render_card(facts: CardFacts) -> str:
-    base = f"base model `{facts.base_model}`" if facts.base_model else "base model: the tiny offline model or a local folder"
+    base = (
+        f"base model `{facts.base_model}`"
+        if facts.base_model
+        else "base model: the tiny offline model or a local folder"
+    )
     parts = [
         _front_matter(facts),
         f"# {facts.model_name}\n",

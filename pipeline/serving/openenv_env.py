@@ -60,49 +60,73 @@ class EpisodeError(ValueError):
 
 
 class WorldModelAction(Action):
-    action: str = Field(min_length=1, description="The agent's action, written as the environment expects it: a "
-                        "shell command, a tool call, a game command. Never empty: training drops empty-action turns.")
-    control_instructions: list[str] = Field(default_factory=list, description="Controls for this step only, "
-                                            "e.g. 'inject an intermittent API error' (SPEC's simulation instructions).")
+    action: str = Field(
+        min_length=1,
+        description="The agent's action, written as the environment expects it: a "
+        "shell command, a tool call, a game command. Never empty: training drops empty-action turns.",
+    )
+    control_instructions: list[str] = Field(
+        default_factory=list,
+        description="Controls for this step only, "
+        "e.g. 'inject an intermittent API error' (SPEC's simulation instructions).",
+    )
 
 
 class WorldModelObservation(Observation):
-    text: str = Field(default="", description="What the environment shows: the initial state after reset, the "
-                      "simulated observation after a step.")
-    thinking: str | None = Field(default=None, description="A thinking model's reasoning about the step, kept out "
-                                 "of `text` (the agent sees only the observation); None for a direct answer.")
-    truncated: bool = Field(default=False, description="The step limit ended the episode before the task was "
-                            "done (gymnasium's `truncated`); `done` is true as well.")
+    text: str = Field(
+        default="",
+        description="What the environment shows: the initial state after reset, the "
+        "simulated observation after a step.",
+    )
+    thinking: str | None = Field(
+        default=None,
+        description="A thinking model's reasoning about the step, kept out "
+        "of `text` (the agent sees only the observation); None for a direct answer.",
+    )
+    truncated: bool = Field(
+        default=False,
+        description="The step limit ended the episode before the task was "
+        "done (gymnasium's `truncated`); `done` is true as well.",
+    )
     reason: str = Field(default="", description="Why the step earned its reward and whether it ended the episode.")
-    history_sent: int = Field(default=0, description="Earlier turns the world model saw for this step: the "
-                              "history is shortened as training shortened it.")
+    history_sent: int = Field(
+        default=0,
+        description="Earlier turns the world model saw for this step: the "
+        "history is shortened as training shortened it.",
+    )
 
 
 class WorldModelState(State):
     task: str = Field(default="", description="The episode's task description.")
     seed: int | None = Field(default=None, description="The episode's seed: reset with it to replay the episode.")
     done: bool = Field(default=False, description="The episode has ended: reset to start another.")
-    turns: list[dict[str, str]] = Field(default_factory=list, description="The trajectory so far, each turn "
-                                        "`{action, observation}`.")
+    turns: list[dict[str, str]] = Field(
+        default_factory=list, description="The trajectory so far, each turn `{action, observation}`."
+    )
 
 
 def _episode(options: dict[str, Any], default: EpisodeSpec | None) -> EpisodeSpec:
     unknown = sorted(set(options) - set(EPISODE_FIELDS))
     if unknown:
-        raise EpisodeError(f"unknown episode field(s) {', '.join(unknown)}: an episode takes "
-                           f"{', '.join(EPISODE_FIELDS)} (and reset a seed and an episode_id)")
+        raise EpisodeError(
+            f"unknown episode field(s) {', '.join(unknown)}: an episode takes "
+            f"{', '.join(EPISODE_FIELDS)} (and reset a seed and an episode_id)"
+        )
     try:
         episode = EpisodeSpec.from_mapping(options) if options else default
     except (TypeError, ValueError) as exc:
         raise EpisodeError(f"a bad episode field: {exc}") from None
     if episode is None or not episode.task:
-        raise EpisodeError("no task: pass `task` (and the episode's other fields) to reset, or start the server "
-                           "with --episode FILE")
+        raise EpisodeError(
+            "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
+        )
     if episode.success_pattern:
         try:
             re.compile(episode.success_pattern)
         except re.error as exc:
-            raise EpisodeError(f"success_pattern {episode.success_pattern!r} is not a regular expression: {exc}") from None
+            raise EpisodeError(
+                f"success_pattern {episode.success_pattern!r} is not a regular expression: {exc}"
+            ) from None
     return episode
 
 
@@ -110,12 +134,31 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
     # Each session has its own WorldModelEnvironment (its own history); the endpoint serves them all.
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, base_url: str, model: str, domain: str, prompt_format: str, max_history_chars: int | None,
-                 episode: EpisodeSpec | None = None, max_tokens: int = 512, temperature: float = 1.0,
-                 api_key: str = "EMPTY", enable_thinking: bool | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        domain: str,
+        prompt_format: str,
+        max_history_chars: int | None,
+        episode: EpisodeSpec | None = None,
+        max_tokens: int = 512,
+        temperature: float = 1.0,
+        api_key: str = "EMPTY",
+        enable_thinking: bool | None = None,
+    ):
         super().__init__()
-        self._simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                                max_tokens, temperature, enable_thinking=enable_thinking)
+        self._simulator = WorldModelEnvironment(
+            base_url,
+            model,
+            domain,
+            prompt_format,
+            max_history_chars,
+            api_key,
+            max_tokens,
+            temperature,
+            enable_thinking=enable_thinking,
+        )
         self._default = episode
         self._episode: EpisodeSpec | None = None
         self._seed = 0
@@ -125,15 +168,19 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
         self._episode = _episode(options, self._default)
         self._seed = int(seed) if seed is not None else secrets.randbits(62)
         initial = self._simulator.reset(self._episode.task, self._episode.system)
-        self._state = WorldModelState(episode_id=episode_id or str(uuid.uuid4()), task=self._episode.task,
-                                      seed=self._seed)
+        self._state = WorldModelState(
+            episode_id=episode_id or str(uuid.uuid4()), task=self._episode.task, seed=self._seed
+        )
         return WorldModelObservation(text=initial, reason="the episode starts")
 
     def step(self, action: WorldModelAction, timeout_s: float | None = None, **kwargs: Any) -> WorldModelObservation:
         # `timeout_s` (OpenEnv's HTTP step only): the world-model client's own timeout and retries bound a step.
         if self._episode is None:
-            raise EpisodeError("no episode: reset first. Over HTTP every request gets a fresh environment; an "
-                               "episode lives in a WebSocket session (/ws, OpenEnv's EnvClient)", status=409)
+            raise EpisodeError(
+                "no episode: reset first. Over HTTP every request gets a fresh environment; an "
+                "episode lives in a WebSocket session (/ws, OpenEnv's EnvClient)",
+                status=409,
+            )
         if self._state.done:
             raise EpisodeError("the episode is over: reset to start another", status=409)
         steps = self._state.step_count + 1
@@ -142,17 +189,26 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
         self._state.step_count = steps
         self._state.done = outcome.terminated or outcome.truncated
         self._state.turns = [*self._state.turns, {"action": action.action, "observation": text}]
-        return WorldModelObservation(text=text, thinking=self._simulator.last_thinking, truncated=outcome.truncated,
-                                     reason=outcome.reason, history_sent=self._simulator.last_history_sent,
-                                     reward=outcome.reward, done=self._state.done)
+        return WorldModelObservation(
+            text=text,
+            thinking=self._simulator.last_thinking,
+            truncated=outcome.truncated,
+            reason=outcome.reason,
+            history_sent=self._simulator.last_history_sent,
+            reward=outcome.reward,
+            done=self._state.done,
+        )
 
     @property
     def state(self) -> WorldModelState:
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(name=ENV_NAME, description=f"{self._simulator.model}, a language world model "
-                                   f"simulating the {self._simulator.domain} domain")
+        return EnvironmentMetadata(
+            name=ENV_NAME,
+            description=f"{self._simulator.model}, a language world model "
+            f"simulating the {self._simulator.domain} domain",
+        )
 
     def close(self) -> None:
         self._simulator.client.close()
@@ -165,10 +221,12 @@ class WorldModelEnvClient(EnvClient[WorldModelAction, WorldModelObservation, Wor
         return action.model_dump(exclude_defaults=True)
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[WorldModelObservation]:
-        observation = WorldModelObservation(**payload.get("observation", {}), reward=payload.get("reward"),
-                                            done=payload.get("done", False))
-        return StepResult(observation, reward=payload.get("reward"), done=payload.get("done", False),
-                          metadata=payload.get("metadata"))
+        observation = WorldModelObservation(
+            **payload.get("observation", {}), reward=payload.get("reward"), done=payload.get("done", False)
+        )
+        return StepResult(
+            observation, reward=payload.get("reward"), done=payload.get("done", False), metadata=payload.get("metadata")
+        )
 
     def _parse_state(self, payload: dict[str, Any]) -> WorldModelState:
         return WorldModelState(**payload)
@@ -200,10 +258,20 @@ def _served_model(simulator_url: str, api_key: str) -> str:
     return names[0]
 
 
-def build_app(world_model_url: str, domain: str, episode: EpisodeSpec | None = None, *, model: str | None = None,
-              prompt_format: str | None = None, max_history_chars: int | None = None, max_sessions: int = 8,
-              max_tokens: int = 512, temperature: float = 1.0, api_key: str = "EMPTY",
-              enable_thinking: bool | None = None):
+def build_app(
+    world_model_url: str,
+    domain: str,
+    episode: EpisodeSpec | None = None,
+    *,
+    model: str | None = None,
+    prompt_format: str | None = None,
+    max_history_chars: int | None = None,
+    max_sessions: int = 8,
+    max_tokens: int = 512,
+    temperature: float = 1.0,
+    api_key: str = "EMPTY",
+    enable_thinking: bool | None = None,
+):
     """OpenEnv's FastAPI app over the world model at `world_model_url`. The model name (when the endpoint
     serves one), prompt format, answer format (`enable_thinking`, else the trained one) and history budget
     are read from it once, here, not per session."""
@@ -211,19 +279,38 @@ def build_app(world_model_url: str, domain: str, episode: EpisodeSpec | None = N
 
     try:
         model = model or _served_model(world_model_url, api_key)
-        probe = WorldModelEnvironment(world_model_url, model, domain, prompt_format, max_history_chars, api_key,
-                                      enable_thinking=enable_thinking)
+        probe = WorldModelEnvironment(
+            world_model_url, model, domain, prompt_format, max_history_chars, api_key, enable_thinking=enable_thinking
+        )
     except openai.APIConnectionError:
-        raise UserFixableError(f"no world model answers at {world_model_url}: start one with `simulacra serve DIR` "
-                               "(or vLLM) and pass its /v1 URL as --world-model") from None
+        raise UserFixableError(
+            f"no world model answers at {world_model_url}: start one with `simulacra serve DIR` "
+            "(or vLLM) and pass its /v1 URL as --world-model"
+        ) from None
     except ValueError as exc:  # not `simulacra serve` and no prompt format given, or an untrained answer format
         raise UserFixableError(str(exc)) from None
     probe.client.close()
-    factory = functools.partial(WorldModelOpenEnv, world_model_url, model, domain, probe.format.name,
-                                probe.max_history_chars, episode, max_tokens, temperature, api_key,
-                                enable_thinking=probe.thinking)
-    app = create_app(factory, WorldModelAction, WorldModelObservation, env_name=ENV_NAME,
-                     max_concurrent_envs=max_sessions, state_cls=WorldModelState)
+    factory = functools.partial(
+        WorldModelOpenEnv,
+        world_model_url,
+        model,
+        domain,
+        probe.format.name,
+        probe.max_history_chars,
+        episode,
+        max_tokens,
+        temperature,
+        api_key,
+        enable_thinking=probe.thinking,
+    )
+    app = create_app(
+        factory,
+        WorldModelAction,
+        WorldModelObservation,
+        env_name=ENV_NAME,
+        max_concurrent_envs=max_sessions,
+        state_cls=WorldModelState,
+    )
 
     from fastapi.responses import JSONResponse
 
@@ -238,6 +325,9 @@ def serve(world_model_url: str, domain: str, episode: EpisodeSpec | None, host: 
     import uvicorn
 
     app = build_app(world_model_url, domain, episode, **options)
-    print(f"serving the {domain} world model at {world_model_url} as an OpenEnv environment: http://{host}:{port} "
-          f"(WebSocket ws://{host}:{port}/ws)", flush=True)
+    print(
+        f"serving the {domain} world model at {world_model_url} as an OpenEnv environment: http://{host}:{port} "
+        f"(WebSocket ws://{host}:{port}/ws)",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -26,8 +26,15 @@ from pipeline.store.schema import SystemPrompt
 # CPT's fixed template in the SFT templates' terms (Markdown sections, the same titles and order), so the
 # exported chat template can render it too (pipeline/serving/chat_template.py); tests/test_export.py
 # checks it renders what render_cpt_system_prompt does, on every demo trajectory.
-CPT_LAYOUT = SFTTemplate(-1, "You simulate the environment of the {domain} domain: {description}.", INSTRUCTION,
-                         INSTRUCTION, _STANDARD, PARTS, _markdown)
+CPT_LAYOUT = SFTTemplate(
+    -1,
+    "You simulate the environment of the {domain} domain: {description}.",
+    INSTRUCTION,
+    INSTRUCTION,
+    _STANDARD,
+    PARTS,
+    _markdown,
+)
 
 
 ANSWER_FORMAT_NAMES = {True: "thinking", False: "direct"}
@@ -57,9 +64,11 @@ class PromptFormat:
 
     def refusal(self, thinking: bool) -> str:
         """Why a request for `thinking` is refused: one line naming the formats the model was trained in."""
-        return (f"enable_thinking={str(thinking).lower()} asks for the {ANSWER_FORMAT_NAMES[thinking]} answer format, "
-                f"which this model was not trained in (answer formats: {', '.join(self.answer_formats)}): omit it or "
-                f"send chat_template_kwargs {{\"enable_thinking\": {str(self.thinking).lower()}}}")
+        return (
+            f"enable_thinking={str(thinking).lower()} asks for the {ANSWER_FORMAT_NAMES[thinking]} answer format, "
+            f"which this model was not trained in (answer formats: {', '.join(self.answer_formats)}): omit it or "
+            f'send chat_template_kwargs {{"enable_thinking": {str(self.thinking).lower()}}}'
+        )
 
     def answer_mode(self, enable_thinking: bool | None) -> bool:
         """Whether a request is answered thinking: its `enable_thinking`, else the trained format."""
@@ -80,8 +89,14 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
 
 # The system-prompt parts a client may send as system messages named for them, instead of the rendered
 # prompt (the chat template and the server render them); `tools` travel in the request's `tools`.
-SYSTEM_PART_NAMES = ("domain", "task_description", "action_space", "initial_state", "demonstrations",
-                     "simulation_instructions")
+SYSTEM_PART_NAMES = (
+    "domain",
+    "task_description",
+    "action_space",
+    "initial_state",
+    "demonstrations",
+    "simulation_instructions",
+)
 
 
 def prompt_format(name: str, thinking: bool | None = None) -> PromptFormat:
@@ -108,11 +123,19 @@ def with_controls(system: SystemPrompt, controls: Sequence[str]) -> SystemPrompt
 def part_messages(domain: str, system: SystemPrompt) -> list[dict[str, str]]:
     """The system prompt as named parts (SYSTEM_PART_NAMES), for any server applying the exported chat
     template; `system.tools` go in the request's `tools`."""
-    values = {"domain": domain, "task_description": system.task_description, "action_space": system.action_space,
-              "initial_state": system.initial_state, "demonstrations": system.demonstrations,
-              "simulation_instructions": system.simulation_instructions}
-    return [{"role": "system", "name": name, "content": content} for name in SYSTEM_PART_NAMES
-            if (content := values[name]) is not None]
+    values = {
+        "domain": domain,
+        "task_description": system.task_description,
+        "action_space": system.action_space,
+        "initial_state": system.initial_state,
+        "demonstrations": system.demonstrations,
+        "simulation_instructions": system.simulation_instructions,
+    }
+    return [
+        {"role": "system", "name": name, "content": content}
+        for name in SYSTEM_PART_NAMES
+        if (content := values[name]) is not None
+    ]
 
 
 def world_model_messages(

@@ -140,8 +140,9 @@ class ChatCompletionRequest(Strict):
     ignore_eos: bool = Field(default=False, description="vLLM's: generate max_tokens, past the end token.")
     include_thinking: bool = Field(default=False, description="Put the thinking block in `content` too.")
     chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="vLLM's: `enable_thinking` chooses the thinking or the direct answer; other keys "
-        "are ignored.")
+        default=None,
+        description="vLLM's: `enable_thinking` chooses the thinking or the direct answer; other keys are ignored.",
+    )
     # Accepted and ignored: IGNORED_FIELDS says why.
     tools: Any = None
     tool_choice: Any = None

@@ -76,10 +76,14 @@ def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, s
     if "domain" not in parts:
         raise RequestError(400, "system-prompt parts without a `domain` part", "messages")
     tools = request.tools if isinstance(request.tools, list) else []
-    system = SystemPrompt(task_description=parts.get("task_description", ""), action_space=parts.get("action_space"),
-                          tools=tools, initial_state=parts.get("initial_state"),
-                          demonstrations=parts.get("demonstrations"),
-                          simulation_instructions=parts.get("simulation_instructions"))
+    system = SystemPrompt(
+        task_description=parts.get("task_description", ""),
+        action_space=parts.get("action_space"),
+        tools=tools,
+        initial_state=parts.get("initial_state"),
+        demonstrations=parts.get("demonstrations"),
+        simulation_instructions=parts.get("simulation_instructions"),
+    )
     return {"role": "system", "content": model.format.render_system(parts["domain"], system, thinking)}
 
 
@@ -92,7 +96,9 @@ def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dic
             try:
                 text = message.text()
             except ValueError as exc:
-                raise RequestError(400, f"field `messages.{index}.content`: {exc}", f"messages.{index}.content") from None
+                raise RequestError(
+                    400, f"field `messages.{index}.content`: {exc}", f"messages.{index}.content"
+                ) from None
             if _is_part(message):
                 parts[message.name] = text  # type: ignore[index]  # a part message is named (_is_part)
                 first_part = len(messages) if first_part is None else first_part
@@ -105,8 +111,9 @@ def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dic
     turns = [(turn.action, turn.observation) for turn in request.turns]
     # The request's validator (_one_way_to_ask) requires domain and action when there are no messages.
     assert request.domain is not None and request.action is not None
-    return world_model_messages(model.format, request.domain, system, turns, request.action, request.control_instructions,
-                                thinking)
+    return world_model_messages(
+        model.format, request.domain, system, turns, request.action, request.control_instructions, thinking
+    )
 
 
 class Prepared:
@@ -129,16 +136,23 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
     try:
         json.dumps(payload, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise RequestError(400, f"the request holds a lone surrogate ({exc.object[exc.start:exc.end]!a}), which is no "
-                           "Unicode text: encode the text as UTF-8 before sending it") from None
+        raise RequestError(
+            400,
+            f"the request holds a lone surrogate ({exc.object[exc.start : exc.end]!a}), which is no "
+            "Unicode text: encode the text as UTF-8 before sending it",
+        ) from None
     try:
         request = ChatCompletionRequest.model_validate(payload)
     except ValidationError as exc:
         message, param = _validation_message(exc.errors()[0])
         raise RequestError(400, message, param) from None
     if request.model is not None and request.model != model.name:
-        raise RequestError(404, f"model `{request.model}` is not served here; this server serves `{model.name}`",
-                           "model", "model_not_found")
+        raise RequestError(
+            404,
+            f"model `{request.model}` is not served here; this server serves `{model.name}`",
+            "model",
+            "model_not_found",
+        )
     try:
         thinking = model.format.answer_mode(request.enable_thinking())
     except UntrainedAnswerFormat as exc:
@@ -151,14 +165,21 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
             400,
             f"the prompt is {len(prompt)} tokens and the answer may take {budget} more, past the model's context "
             f"length of {model.context_length} tokens: send fewer history turns or a smaller max_tokens",
-            "messages", "context_length_exceeded",
+            "messages",
+            "context_length_exceeded",
         )
     sampling = Sampling(
-        max_tokens=budget, temperature=request.sampling_temperature(),
-        top_p=request.top_p if request.top_p is not None else 1.0, seed=request.seed,
-        stop=tuple(request.stop_sequences()), presence_penalty=request.presence_penalty or 0.0,
-        frequency_penalty=request.frequency_penalty or 0.0, logit_bias=tuple((request.logit_bias or {}).items()),
-        logprobs=request.logprobs, top_logprobs=request.top_logprobs or 0, ignore_eos=request.ignore_eos,
+        max_tokens=budget,
+        temperature=request.sampling_temperature(),
+        top_p=request.top_p if request.top_p is not None else 1.0,
+        seed=request.seed,
+        stop=tuple(request.stop_sequences()),
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        logit_bias=tuple((request.logit_bias or {}).items()),
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs or 0,
+        ignore_eos=request.ignore_eos,
     )
     return Prepared(request, prompt, sampling, thinking)
 
@@ -193,16 +214,30 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
         return _error(500, f"the server failed: {type(exc).__name__}: {exc}")
 
     def model_entry() -> dict[str, Any]:
-        return {"id": model.name, "object": "model", "created": int(model.model_dir.stat().st_mtime),
-                "owned_by": "simulacra", "max_model_len": model.context_length,
-                "simulacra": {"prompt_format": model.format.name, "thinking": model.format.thinking,
-                              "answer_formats": list(model.format.answer_formats),
-                              "max_history_chars": model.metadata.get("max_history_chars")}}
+        return {
+            "id": model.name,
+            "object": "model",
+            "created": int(model.model_dir.stat().st_mtime),
+            "owned_by": "simulacra",
+            "max_model_len": model.context_length,
+            "simulacra": {
+                "prompt_format": model.format.name,
+                "thinking": model.format.thinking,
+                "answer_formats": list(model.format.answer_formats),
+                "max_history_chars": model.metadata.get("max_history_chars"),
+            },
+        }
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "model": model.name, "running": scheduler.running, "waiting": scheduler.waiting,
-                "largest_batch": scheduler.largest_batch, "cancelled": scheduler.cancelled}
+        return {
+            "status": "ok",
+            "model": model.name,
+            "running": scheduler.running,
+            "waiting": scheduler.waiting,
+            "largest_batch": scheduler.largest_batch,
+            "cancelled": scheduler.cancelled,
+        }
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -211,8 +246,12 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
     @app.get("/v1/models/{model_id:path}")
     def one_model(model_id: str):
         if model_id != model.name:
-            return _error(404, f"model `{model_id}` is not served here; this server serves `{model.name}`", "model",
-                          "model_not_found")
+            return _error(
+                404,
+                f"model `{model_id}` is not served here; this server serves `{model.name}`",
+                "model",
+                "model_not_found",
+            )
         return model_entry()
 
     @app.post("/v1/chat/completions")
@@ -231,10 +270,16 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
             return _error(exc.status, exc.message, exc.param, exc.code)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, Step]] = asyncio.Queue()
-        rows = [Row(prepared.prompt, prepared.sampling, choice,
-                    lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),  # type: ignore[misc, arg-type]  # a default-bound lambda; its Handle unused
-                    streaming=prepared.request.stream)
-                for choice in range(prepared.request.n)]
+        rows = [
+            Row(
+                prepared.prompt,
+                prepared.sampling,
+                choice,
+                lambda step, choice=choice: loop.call_soon_threadsafe(queue.put_nowait, (choice, step)),  # type: ignore[misc, arg-type]  # a default-bound lambda; its Handle unused
+                streaming=prepared.request.stream,
+            )
+            for choice in range(prepared.request.n)
+        ]
         scheduler.submit(rows)
         if prepared.request.stream:
             return StreamingResponse(_stream(prepared, rows, queue), media_type="text/event-stream")
@@ -245,17 +290,29 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
                 row.cancel()
 
     def _too_large(size: int):
-        return _error(413, f"the request body is {size} bytes or more, over this server's limit of {max_body_bytes} "
-                      "(`simulacra serve --max-body-mb`): send fewer history turns", None, "request_too_large")
+        return _error(
+            413,
+            f"the request body is {size} bytes or more, over this server's limit of {max_body_bytes} "
+            "(`simulacra serve --max-body-mb`): send fewer history turns",
+            None,
+            "request_too_large",
+        )
 
     def _head(prepared: Prepared) -> dict[str, Any]:
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model.name,
-                "system_fingerprint": fingerprint}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": model.name,
+            "system_fingerprint": fingerprint,
+        }
 
     def _usage(prepared: Prepared, completion_tokens: int) -> dict[str, int]:
         prompt_tokens = len(prepared.prompt)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
 
     async def _answer(request: Request, prepared: Prepared, rows: list[Row], queue: asyncio.Queue):
         n = len(rows)
@@ -287,10 +344,20 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
                 if not prepared.request.include_thinking:
                     message["content"] = observation
             logprobs = [_logprob_entry(model, token) for token in rows[index].logprobs]
-            choices.append({"index": index, "message": message, "finish_reason": step.finish_reason,
-                            "logprobs": {"content": logprobs} if prepared.request.logprobs else None})
-        return {**_head(prepared), "object": "chat.completion", "choices": choices,
-                "usage": _usage(prepared, sum(step.completion_tokens for step in finals.values()))}
+            choices.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "finish_reason": step.finish_reason,
+                    "logprobs": {"content": logprobs} if prepared.request.logprobs else None,
+                }
+            )
+        return {
+            **_head(prepared),
+            "object": "chat.completion",
+            "choices": choices,
+            "usage": _usage(prepared, sum(step.completion_tokens for step in finals.values())),
+        }
 
     async def _stream(prepared: Prepared, rows: list[Row], queue: asyncio.Queue):
         head = {**_head(prepared), "object": "chat.completion.chunk"}
@@ -337,14 +404,19 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
     return app
 
 
-def serve(model_dir, host: str, port: int, device: str, default_max_tokens: int, max_batch: int,
-          max_body_bytes: int) -> None:
+def serve(
+    model_dir, host: str, port: int, device: str, default_max_tokens: int, max_batch: int, max_body_bytes: int
+) -> None:
     import uvicorn
 
     from pipeline.serving.world_model import WorldModel
 
     model = WorldModel(model_dir, device)
-    print(f"serving {model.name} ({model.format.name} format, answering {'/'.join(model.format.answer_formats)}, "
-          f"context {model.context_length}) at http://{host}:{port}/v1", flush=True)
-    uvicorn.run(build_app(model, default_max_tokens, max_batch, max_body_bytes), host=host, port=port,
-                log_level="warning")
+    print(
+        f"serving {model.name} ({model.format.name} format, answering {'/'.join(model.format.answer_formats)}, "
+        f"context {model.context_length}) at http://{host}:{port}/v1",
+        flush=True,
+    )
+    uvicorn.run(
+        build_app(model, default_max_tokens, max_batch, max_body_bytes), host=host, port=port, log_level="warning"
+    )

@@ -26,11 +26,29 @@ EPISODE_OVER = "The episode is over: no action has an effect now."
 
 
 class WorldModelToolEnv:
-    def __init__(self, base_url: str, model: str, domain: str, prompt_format: str | None = None,
-                 max_history_chars: int | None = None, max_tokens: int = 512, temperature: float = 1.0,
-                 api_key: str = "EMPTY", enable_thinking: bool | None = None):
-        self._simulator = WorldModelEnvironment(base_url, model, domain, prompt_format, max_history_chars, api_key,
-                                                max_tokens, temperature, enable_thinking=enable_thinking)
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        domain: str,
+        prompt_format: str | None = None,
+        max_history_chars: int | None = None,
+        max_tokens: int = 512,
+        temperature: float = 1.0,
+        api_key: str = "EMPTY",
+        enable_thinking: bool | None = None,
+    ):
+        self._simulator = WorldModelEnvironment(
+            base_url,
+            model,
+            domain,
+            prompt_format,
+            max_history_chars,
+            api_key,
+            max_tokens,
+            temperature,
+            enable_thinking=enable_thinking,
+        )
         self._episode = EpisodeSpec("")
         self._seed = 0
         self._steps = 0

@@ -53,11 +53,19 @@ def has_thinking_tokens(model_dir: Path) -> bool:
 def vllm_command(model_dir: Path, host: str, port: int, extra: Sequence[str] = ()) -> list[str]:
     metadata = read_metadata(model_dir)
     command = [
-        "vllm", "serve", str(model_dir),
-        "--served-model-name", metadata["model_name"],
-        "--host", host, "--port", str(port),
-        "--max-model-len", str(metadata["context_length"]),
-        "--generation-config", str(model_dir),
+        "vllm",
+        "serve",
+        str(model_dir),
+        "--served-model-name",
+        metadata["model_name"],
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(metadata["context_length"]),
+        "--generation-config",
+        str(model_dir),
     ]
     if metadata["thinking"] and has_thinking_tokens(model_dir):
         command += ["--reasoning-parser", "qwen3"]
@@ -68,6 +76,8 @@ def run_vllm(model_dir: Path, host: str, port: int, extra: Sequence[str] = ()) -
     import subprocess
 
     if shutil.which("vllm") is None:
-        raise VLLMMissing("vLLM is not installed: `pip install -e .[gpu]` on a GPU machine, or serve with "
-                          "the embedded engine (`--engine embedded`)")
+        raise VLLMMissing(
+            "vLLM is not installed: `pip install -e .[gpu]` on a GPU machine, or serve with "
+            "the embedded engine (`--engine embedded`)"
+        )
     return subprocess.call(vllm_command(model_dir, host, port, extra))

@@ -20,5 +20,7 @@ def sft_base_ref(config, store) -> str:
         return config.sft.base_model
     found = registered_cpt_checkpoint(store)
     if found is None:
-        raise NoCPTCheckpoint("sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first, or set sft.base_model")
+        raise NoCPTCheckpoint(
+            "sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first, or set sft.base_model"
+        )
     return found

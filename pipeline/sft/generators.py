@@ -63,7 +63,12 @@ def generator_label(config: GeneratorConfig, base_ref: str, pools: str) -> str:
     endpoint = resolved_endpoint(config.endpoint, base_ref)
     model = model_key(endpoint.backend, endpoint.model)
     if config.rationale:
-        shaping: tuple[object, ...] = (_output_shaping(endpoint), "rationale", rationale_prompt_digest(), rationale_tokens(config))
+        shaping: tuple[object, ...] = (
+            _output_shaping(endpoint),
+            "rationale",
+            rationale_prompt_digest(),
+            rationale_tokens(config),
+        )
     else:
         shaping = (_output_shaping(endpoint), generator_prompt_digest(), thinking_budget(config))
     return f"{endpoint.backend}:{model}#{digest(*shaping)}"
@@ -102,7 +107,9 @@ def _endpoint(endpoint, budget: int | None, store, role: str):
     client = open_client(endpoint, store, role)
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
-        requests = [ChatRequest(generator_messages(query), sample_index=k, thinking_budget=budget) for query, k in items]
+        requests = [
+            ChatRequest(generator_messages(query), sample_index=k, thinking_budget=budget) for query, k in items
+        ]
         answers = client.complete_sync(requests)
         return [GeneratedText(a.text, a.error, a.prompt_tokens, a.completion_tokens) for a in answers]
 
@@ -121,13 +128,19 @@ def _rationale_endpoint(endpoint, tokens: int, store, role: str):
     # weights: the demo's int8 rationales read "user\nHow does the action answer the question you answer.",
     # its float ones "The cabinet 1 is open." (README, SFT). Observations only compete for selection, and the
     # target observation is always the real one.
-    explainer = open_client(endpoint.model_copy(update={"max_tokens": tokens, "quantize": None, **wider}), store,
-                            f"{role}.rationale")
+    explainer = open_client(
+        endpoint.model_copy(update={"max_tokens": tokens, "quantize": None, **wider}), store, f"{role}.rationale"
+    )
 
     def generate(items: list[tuple[Query, int]]) -> list[GeneratedText]:
-        observed = observer.complete_sync([ChatRequest(observation_messages(query), sample_index=k) for query, k in items])
-        asked = [(i, ChatRequest(rationale_messages(query, observed[i].text), sample_index=k))  # type: ignore[arg-type]  # the if below: not None
-                 for i, (query, k) in enumerate(items) if observed[i].text is not None]
+        observed = observer.complete_sync(
+            [ChatRequest(observation_messages(query), sample_index=k) for query, k in items]
+        )
+        asked = [
+            (i, ChatRequest(rationale_messages(query, observed[i].text), sample_index=k))  # type: ignore[arg-type]  # the if below: not None
+            for i, (query, k) in enumerate(items)
+            if observed[i].text is not None
+        ]
         explained = dict(zip((i for i, _ in asked), explainer.complete_sync([request for _, request in asked])))
         texts = []
         for i, seen in enumerate(observed):
@@ -135,9 +148,14 @@ def _rationale_endpoint(endpoint, tokens: int, store, role: str):
             if seen.text is None or why.text is None:
                 texts.append(GeneratedText(None, seen.error if seen.text is None else why.error))
                 continue
-            texts.append(GeneratedText(render_thinking_output(rationale_text(why.text), seen.text),
-                                       None, _total(seen.prompt_tokens, why.prompt_tokens),
-                                       _total(seen.completion_tokens, why.completion_tokens)))
+            texts.append(
+                GeneratedText(
+                    render_thinking_output(rationale_text(why.text), seen.text),
+                    None,
+                    _total(seen.prompt_tokens, why.prompt_tokens),
+                    _total(seen.completion_tokens, why.completion_tokens),
+                )
+            )
         return texts
 
     return generate, [observer, explainer]
@@ -158,7 +176,9 @@ def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, 
         else:
             endpoint = resolved_endpoint(config.endpoint, base_ref)
             if config.rationale:
-                generate, both = _rationale_endpoint(endpoint, rationale_tokens(config), store, f"sft.generator.{position}")
+                generate, both = _rationale_endpoint(
+                    endpoint, rationale_tokens(config), store, f"sft.generator.{position}"
+                )
                 clients += both
             else:
                 generate, client = _endpoint(endpoint, thinking_budget(config), store, f"sft.generator.{position}")
@@ -167,7 +187,9 @@ def build_generators(configs: list[GeneratorConfig], store, snapshot_dir: Path, 
         order += config.samples
     labels = [g.label for g in generators]
     if len(set(labels)) != len(labels):
-        raise ValueError("sft.generators: two generators are the same (same kind, model and sampling); give one more samples instead")
+        raise ValueError(
+            "sft.generators: two generators are the same (same kind, model and sampling); give one more samples instead"
+        )
     return generators, clients
 
 

@@ -89,7 +89,10 @@ def _cut(text: str, limit: int = TEXT_CHARS) -> str:
 def _context(query: Query, history_turns: int) -> str:
     lines = []
     for turn in list(query.history)[-history_turns:] if history_turns else []:
-        lines += [f"Action: {_cut(turn.action, HISTORY_CHARS)}", f"Observation: {_cut(turn.observation, HISTORY_CHARS)}"]
+        lines += [
+            f"Action: {_cut(turn.action, HISTORY_CHARS)}",
+            f"Observation: {_cut(turn.observation, HISTORY_CHARS)}",
+        ]
     history = "\n".join(lines) if lines else "(none shown)"
     return f"## Domain\n{query.domain}\n\n## Recent history\n{history}\n\n## Action\n{_cut(query.action)}"
 
@@ -175,8 +178,11 @@ class LLMJudge:
             ChatRequest(
                 (
                     {"role": "system", "content": self._system(self.pointwise_prompt, item.query.domain)},
-                    {"role": "user", "content": f"{_context(item.query, self.history_turns)}\n\n## Reference observation\n"
-                     f"{_cut(item.query.reference)}\n\n## Predicted observation\n{_cut(item.prediction)}"},
+                    {
+                        "role": "user",
+                        "content": f"{_context(item.query, self.history_turns)}\n\n## Reference observation\n"
+                        f"{_cut(item.query.reference)}\n\n## Predicted observation\n{_cut(item.prediction)}",
+                    },
                 ),
                 response_format=response_format,
             )
@@ -198,8 +204,11 @@ class LLMJudge:
             ChatRequest(
                 (
                     {"role": "system", "content": self._system(self.pairwise_prompt, item.query.domain)},
-                    {"role": "user", "content": f"{_context(item.query, self.history_turns)}\n\n## Reference observation\n"
-                     f"{_cut(item.query.reference)}\n\n## Prediction A\n{_cut(item.first)}\n\n## Prediction B\n{_cut(item.second)}"},
+                    {
+                        "role": "user",
+                        "content": f"{_context(item.query, self.history_turns)}\n\n## Reference observation\n"
+                        f"{_cut(item.query.reference)}\n\n## Prediction A\n{_cut(item.first)}\n\n## Prediction B\n{_cut(item.second)}",
+                    },
                 ),
                 response_format=response_format,
             )
@@ -220,7 +229,9 @@ class SemanticJudge:
         self.scorer = SemanticScorer()
 
     def pointwise(self, items: Sequence[PointwiseItem]) -> list[Verdict]:
-        similarities = self.scorer.similarities([(item.prediction, item.query.reference, item.query.action) for item in items])
+        similarities = self.scorer.similarities(
+            [(item.prediction, item.query.reference, item.query.action) for item in items]
+        )
         return [
             Verdict(1.0 + 4.0 * s.value, True, raw=json.dumps({"similarity": round(s.value, 6), "method": s.method}))
             for s in similarities

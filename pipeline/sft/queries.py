@@ -86,8 +86,14 @@ def load_queries(snapshot_dir: Path, pool: str, chosen: list[tuple[str, int]], m
                 continue
             history, left_out = kept_history(trajectory.turns[:position], max_history_chars)
             found[(trajectory.trajectory_id, turn.turn_index)] = Query(
-                trajectory.trajectory_id, turn.turn_index, trajectory.domain, trajectory.system,
-                history, turn.action, turn.observation, left_out,
+                trajectory.trajectory_id,
+                turn.turn_index,
+                trajectory.domain,
+                trajectory.system,
+                history,
+                turn.action,
+                turn.observation,
+                left_out,
             )
     missing = [target for target in chosen if target not in found]
     if missing:

@@ -58,12 +58,16 @@ class RetrievalIndex:
         for trajectory in read_pool(snapshot_dir, "cpt"):
             for position, turn in enumerate(trajectory.turns):
                 self.turns.append(
-                    IndexedTurn(trajectory.trajectory_id, turn.turn_index, trajectory.domain, turn.action, turn.observation)
+                    IndexedTurn(
+                        trajectory.trajectory_id, turn.turn_index, trajectory.domain, turn.action, turn.observation
+                    )
                 )
                 keys.append(key_text(turn.action, trajectory.turns[:position], history_turns))
         if not self.turns:
             raise UserFixableError("the retrieval generator needs turns in the cpt pool, and it holds none")
-        self.vectorizer = TfidfVectorizer(token_pattern=TOKEN_PATTERN, lowercase=True, sublinear_tf=True, dtype=np.float32)
+        self.vectorizer = TfidfVectorizer(
+            token_pattern=TOKEN_PATTERN, lowercase=True, sublinear_tf=True, dtype=np.float32
+        )
         self.matrix = self.vectorizer.fit_transform(keys)
         self.domains = np.array([turn.domain for turn in self.turns])
 
@@ -82,7 +86,11 @@ class RetrievalIndex:
         return results
 
     def candidate_text(self, query: Query, neighbour: IndexedTurn, similarity: float, rank: int) -> str:
-        action = neighbour.action if len(neighbour.action) <= ACTION_EXCERPT_CHARS else neighbour.action[:ACTION_EXCERPT_CHARS] + "..."
+        action = (
+            neighbour.action
+            if len(neighbour.action) <= ACTION_EXCERPT_CHARS
+            else neighbour.action[:ACTION_EXCERPT_CHARS] + "..."
+        )
         thinking = (
             f"Retrieval baseline, not a language model. The cpt-pool turn most like this action and the last "
             f"{self.history_turns} turn(s), neighbour {rank + 1} by TF-IDF cosine ({similarity:.3f}), is turn "

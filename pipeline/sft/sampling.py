@@ -99,9 +99,18 @@ class SamplingTally:
 
 
 class RejectionSampler:
-    def __init__(self, store, generators: Sequence[Generator], judge, judge_label: str, min_score: float,
-                 min_agreement: float | None, seed: int, batch_queries: int,
-                 after_batch: Callable[[int], None] = lambda done: None):
+    def __init__(
+        self,
+        store,
+        generators: Sequence[Generator],
+        judge,
+        judge_label: str,
+        min_score: float,
+        min_agreement: float | None,
+        seed: int,
+        batch_queries: int,
+        after_batch: Callable[[int], None] = lambda done: None,
+    ):
         self.store = store
         self.generators = list(generators)
         self.judge = judge
@@ -132,7 +141,8 @@ class RejectionSampler:
         if not ids:
             return set()
         rows = self.store.execute(
-            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[])) AND NOT coalesce({failed}, false)", [ids]
+            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[])) AND NOT coalesce({failed}, false)",
+            [ids],
         )
         return {row[0] for row in rows.fetchall()}
 
@@ -149,13 +159,29 @@ class RejectionSampler:
             now = datetime.now()
             for ((query, k), cid), generated in zip(todo, texts):
                 parsed = parse_candidate(generated.text)
-                rows.append([
-                    cid, query.query_id, query.trajectory_id, query.turn_index, query.domain, generator.label, k,
-                    generated.text, parsed.thinking, parsed.prediction, parsed.status, generated.error,
-                    generated.prompt_tokens, generated.completion_tokens, now,
-                ])
+                rows.append(
+                    [
+                        cid,
+                        query.query_id,
+                        query.trajectory_id,
+                        query.turn_index,
+                        query.domain,
+                        generator.label,
+                        k,
+                        generated.text,
+                        parsed.thinking,
+                        parsed.prediction,
+                        parsed.status,
+                        generated.error,
+                        generated.prompt_tokens,
+                        generated.completion_tokens,
+                        now,
+                    ]
+                )
             with self.store.transaction() as tx:
-                tx.executemany("INSERT OR REPLACE INTO sft_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                tx.executemany(
+                    "INSERT OR REPLACE INTO sft_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+                )
             self.tally.candidates_generated += len(rows)
 
     def _batch_candidates(self, batch: list[Query]) -> dict[str, list[dict[str, Any]]]:
@@ -193,12 +219,27 @@ class RejectionSampler:
         rows = []
         for ((query, row), jid), verdict in zip(todo, verdicts):
             criteria = [verdict.criteria[name] if verdict.criteria else None for name in CRITERIA]
-            rows.append([
-                jid, "pointwise", query.query_id, self.judge_label, row["candidate_id"], None, *criteria,
-                verdict.score, None, verdict.valid, verdict.invalid_reason, verdict.raw, now,
-            ])
+            rows.append(
+                [
+                    jid,
+                    "pointwise",
+                    query.query_id,
+                    self.judge_label,
+                    row["candidate_id"],
+                    None,
+                    *criteria,
+                    verdict.score,
+                    None,
+                    verdict.valid,
+                    verdict.invalid_reason,
+                    verdict.raw,
+                    now,
+                ]
+            )
         with self.store.transaction() as tx:
-            tx.executemany("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            tx.executemany(
+                "INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
         self.tally.pointwise_judged += len(rows)
 
     def _contenders(self, batch: list[Query]) -> dict[str, tuple[list[Contender], bool]]:
@@ -206,7 +247,9 @@ class RejectionSampler:
         prediction with the reference, and whether any parsed."""
         per_query = self._batch_candidates(batch)
         by_id = {query.query_id: query for query in batch}
-        ids = [judgement_id("pointwise", self.judge_label, r["candidate_id"]) for rows in per_query.values() for r in rows]
+        ids = [
+            judgement_id("pointwise", self.judge_label, r["candidate_id"]) for rows in per_query.values() for r in rows
+        ]
         verdicts = {
             row["candidate_a"]: row
             for row in self.store.rows(
@@ -250,16 +293,33 @@ class RejectionSampler:
                 [sorted({c.candidate_id for (_, a, b), _ in todo for c in (a, b)})],
             )
         }
-        items = [PairwiseItem(query, predictions[a.candidate_id], predictions[b.candidate_id]) for (query, a, b), _ in todo]
+        items = [
+            PairwiseItem(query, predictions[a.candidate_id], predictions[b.candidate_id]) for (query, a, b), _ in todo
+        ]
         preferences = self.judge.pairwise(items)
         now = datetime.now()
         rows = [
-            [jid, "pairwise", query.query_id, self.judge_label, a.candidate_id, b.candidate_id, *([None] * len(CRITERIA)),
-             None, preference.winner, preference.valid, preference.invalid_reason, preference.raw, now]
+            [
+                jid,
+                "pairwise",
+                query.query_id,
+                self.judge_label,
+                a.candidate_id,
+                b.candidate_id,
+                *([None] * len(CRITERIA)),
+                None,
+                preference.winner,
+                preference.valid,
+                preference.invalid_reason,
+                preference.raw,
+                now,
+            ]
             for ((query, a, b), jid), preference in zip(todo, preferences)
         ]
         with self.store.transaction() as tx:
-            tx.executemany("INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            tx.executemany(
+                "INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
         self.tally.pairwise_judged += len(rows)
 
     # -- 4. selection -----------------------------------------------------------------------------
@@ -273,18 +333,35 @@ class RejectionSampler:
             ).fetchall()
         }
         unsettled = self._unsettled(list(by_id))
-        undecided = {qid: entry for qid, entry in self._contenders(batch).items() if qid not in done and qid not in unsettled}
+        undecided = {
+            qid: entry for qid, entry in self._contenders(batch).items() if qid not in done and qid not in unsettled
+        }
         preferences = self._preferences([contenders for contenders, _ in undecided.values()])
         now = datetime.now()
         rows = []
         for qid, (contenders, any_parsed) in undecided.items():
             selection = decide(contenders, any_parsed, self.rules, preferences)
             query = by_id[qid]
-            template = draw_template(self.seed, query.trajectory_id, query.turn_index).template_id if selection.kept else None
-            rows.append([
-                qid, self.selection, query.trajectory_id, query.turn_index, query.domain, selection.kept, selection.reason,
-                selection.winner, selection.runner_up, selection.decided_by, selection.score, template, now,
-            ])
+            template = (
+                draw_template(self.seed, query.trajectory_id, query.turn_index).template_id if selection.kept else None
+            )
+            rows.append(
+                [
+                    qid,
+                    self.selection,
+                    query.trajectory_id,
+                    query.turn_index,
+                    query.domain,
+                    selection.kept,
+                    selection.reason,
+                    selection.winner,
+                    selection.runner_up,
+                    selection.decided_by,
+                    selection.score,
+                    template,
+                    now,
+                ]
+            )
         if rows:
             with self.store.transaction() as tx:
                 tx.executemany("INSERT INTO sft_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -318,6 +395,7 @@ class RejectionSampler:
         if not pairs:
             return {}
         rows = self.store.rows(
-            "SELECT judgement_id, winner FROM judgements WHERE judgement_id IN (SELECT unnest(?::VARCHAR[]))", [list(pairs)]
+            "SELECT judgement_id, winner FROM judgements WHERE judgement_id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(pairs)],
         )
         return {pairs[row["judgement_id"]]: row["winner"] for row in rows}

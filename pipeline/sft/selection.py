@@ -97,17 +97,26 @@ def _preferred_in_both_orders(winner: Contender, competing: list[Contender], pre
     return all(
         preferences.get((winner.candidate_id, other.candidate_id)) == "A"
         and preferences.get((other.candidate_id, winner.candidate_id)) == "B"
-        for other in competing if other is not winner
+        for other in competing
+        if other is not winner
     )
 
 
 def _discarded(reason: str, field: list[Contender]) -> Selection:
     best = field[0]
-    return Selection(False, reason, best.candidate_id, field[1].candidate_id if len(field) > 1 else None,
-                     "pointwise" if len(field) > 1 else "only_candidate", best.score)
+    return Selection(
+        False,
+        reason,
+        best.candidate_id,
+        field[1].candidate_id if len(field) > 1 else None,
+        "pointwise" if len(field) > 1 else "only_candidate",
+        best.score,
+    )
 
 
-def decide(contenders: list[Contender], any_parsed: bool, rules: Rules, preferences: Preferences | None = None) -> Selection:
+def decide(
+    contenders: list[Contender], any_parsed: bool, rules: Rules, preferences: Preferences | None = None
+) -> Selection:
     """The selection of one query; `preferences` holds the pairwise answers over `pairings(competitors(...))`."""
     if not contenders:
         return Selection(False, "no_valid_judgement" if any_parsed else "no_parsed_candidate")
@@ -126,7 +135,9 @@ def decide(contenders: list[Contender], any_parsed: bool, rules: Rules, preferen
         tally, order = {c.candidate_id: 0 for c in competing}, competing
     winner, runner_up = order[0], order[1]
     if tally[winner.candidate_id] > tally[runner_up.candidate_id]:
-        decided_by = "pairwise" if _preferred_in_both_orders(winner, competing, preferences or {}) else "pairwise_majority"
+        decided_by = (
+            "pairwise" if _preferred_in_both_orders(winner, competing, preferences or {}) else "pairwise_majority"
+        )
     elif winner.score != runner_up.score:
         decided_by = "pointwise"
     else:

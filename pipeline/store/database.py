@@ -63,7 +63,9 @@ class Store:
                 return connection
             except duckdb.IOException as exc:
                 if "permission denied" in str(exc).lower() or "read-only file system" in str(exc).lower():
-                    raise self._unwritable("permission denied" if "permission" in str(exc).lower() else "read-only file system") from None
+                    raise self._unwritable(
+                        "permission denied" if "permission" in str(exc).lower() else "read-only file system"
+                    ) from None
                 if not _is_lock_error(exc) or time.monotonic() > deadline:
                     if _is_lock_error(exc):
                         raise StoreBusy(

@@ -105,8 +105,15 @@ def content_header(trajectory: "Trajectory") -> str:
     """The system prompt's parts (tool schemas in canonical JSON), the task and the number of turns,
     as self-delimiting fields."""
     s = trajectory.system
-    parts = (canonical_tools(s.tools), trajectory.task, s.task_description, s.action_space, s.initial_state,
-             s.demonstrations, s.simulation_instructions)
+    parts = (
+        canonical_tools(s.tools),
+        trajectory.task,
+        s.task_description,
+        s.action_space,
+        s.initial_state,
+        s.demonstrations,
+        s.simulation_instructions,
+    )
     return "".join(content_field(part) for part in parts) + f"N{len(trajectory.turns)}:"
 
 

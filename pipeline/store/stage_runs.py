@@ -69,8 +69,16 @@ def _insert(store: Store, run: StageRun) -> None:
         con.execute(
             f"INSERT INTO stage_runs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                run.run_id, run.stage, run.fingerprint, run.status, run.started_at, run.finished_at,
-                json.dumps(run.metrics, default=str), run.output_path, run.summary, run.error,
+                run.run_id,
+                run.stage,
+                run.fingerprint,
+                run.status,
+                run.started_at,
+                run.finished_at,
+                json.dumps(run.metrics, default=str),
+                run.output_path,
+                run.summary,
+                run.error,
             ],
         )
 

@@ -271,7 +271,6 @@ class AtomicCheckpoints(_MixedInto):
             self.state.save_to_json(str(staged / TRAINER_STATE))
 
 
-
 def save_model_atomic(trainer, model_dir: Path) -> None:
     """`trainer.save_model` into `<model_dir>.partial`, published as `model_dir` once whole: the
     stage's output folder counts as done by its presence (stage_runs skips a run whose output exists).

@@ -136,7 +136,9 @@ def reads_varlen_offsets(attention: str | None) -> bool:
     return attention is not None and "flash" in attention
 
 
-def load_causal_lm(ref: str, dtype: str = "auto", trust_remote_code: bool = False, attn_implementation: str | None = None):
+def load_causal_lm(
+    ref: str, dtype: str = "auto", trust_remote_code: bool = False, attn_implementation: str | None = None
+):
     """Any Hugging Face causal LM by hub name or local folder, on no particular device."""
     from transformers import AutoModelForCausalLM
 

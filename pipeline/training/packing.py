@@ -123,7 +123,9 @@ class PackedCollator:
             return self.width
         if self.wider is not None and longest <= self.wider:
             return self.wider
-        raise ValueError(f"a packed row of {longest} tokens is longer than the collator's widths ({self.width}, {self.wider})")
+        raise ValueError(
+            f"a packed row of {longest} tokens is longer than the collator's widths ({self.width}, {self.wider})"
+        )
 
     def __call__(self, rows: list[dict[str, list[int]]]):
         import torch

@@ -72,7 +72,9 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
         )
     output_dir.mkdir(parents=True, exist_ok=True)
     inputs = fingerprint_inputs(config, store, stage)
-    write_text_atomic(recorded, json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(
+        recorded, json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n"
+    )
     return output_dir, fingerprint
 
 

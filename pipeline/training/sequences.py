@@ -191,7 +191,9 @@ class SequenceBuilder:
             raise ValueError(f"tokenizer has no {' / '.join(missing)} token; CPT sequences are ChatML")
         self.im_start, self.im_end = vocab[IM_START], vocab[IM_END]
         self.eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.im_end
-        self.headers = {role: [self.im_start] + self.encode([f"{role}\n"])[0] for role in ("system", "user", "assistant")}
+        self.headers = {
+            role: [self.im_start] + self.encode([f"{role}\n"])[0] for role in ("system", "user", "assistant")
+        }
         self.footer = [self.im_end] + self.encode(["\n"])[0]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -213,7 +215,9 @@ class SequenceBuilder:
         labels = [IGNORE_INDEX] * len(ids)
         if keep_ratio > 0:
             labels[start : end + 1] = ids[start : end + 1]
-        return _TurnBlock(turn, ids, labels, start, end, keep_ratio, turn_seed(self.seed, trajectory_id, turn.turn_index))
+        return _TurnBlock(
+            turn, ids, labels, start, end, keep_ratio, turn_seed(self.seed, trajectory_id, turn.turn_index)
+        )
 
     def _cut(self, block: _TurnBlock, room: int, tally: LabelTally) -> _TurnBlock | None:
         """A turn too long for any window: keep what fits if that includes an observation token."""
@@ -224,8 +228,13 @@ class SequenceBuilder:
             tally.truncated_observations += 1
             tally.observation_tokens_cut += block.observation_end + 1 - room
         return _TurnBlock(
-            block.turn, block.ids[:room], block.labels[:room], block.observation_start, block.observation_end,
-            block.keep_ratio, block.seed,
+            block.turn,
+            block.ids[:room],
+            block.labels[:room],
+            block.observation_start,
+            block.observation_end,
+            block.keep_ratio,
+            block.seed,
         )
 
     def trajectory_sequences(

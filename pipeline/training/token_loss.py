@@ -146,8 +146,17 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
     softcap = getattr(model.config, "final_logit_softcapping", None)
     log.info("token loss: %s linear cross-entropy over labelled positions", implementation)
 
-    def forward(input_ids, position_ids, shift_labels, per_row: bool = False, cu_seq_lens_q=None, cu_seq_lens_k=None,
-                max_length_q=None, max_length_k=None, **batch_only):
+    def forward(
+        input_ids,
+        position_ids,
+        shift_labels,
+        per_row: bool = False,
+        cu_seq_lens_q=None,
+        cu_seq_lens_k=None,
+        max_length_q=None,
+        max_length_k=None,
+        **batch_only,
+    ):
         # `labels` and `attention_mask` stay in the batch for the Trainer (label and token counts);
         # the model needs neither: attention is isolated per sequence through position_ids (or, under
         # flash-attention, the offsets), and the padding tail is a sequence of its own that no label points into.
@@ -157,8 +166,12 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
                 # Without offsets flash-attention attends across the sequences of a row (packing.py).
                 raise ValueError("flash-attention over several packed rows needs the offsets PackedCollator adds")
             if cu_seq_lens_q is not None:
-                varlen = {"cu_seq_lens_q": cu_seq_lens_q, "cu_seq_lens_k": cu_seq_lens_k,
-                          "max_length_q": max_length_q, "max_length_k": max_length_k}
+                varlen = {
+                    "cu_seq_lens_q": cu_seq_lens_q,
+                    "cu_seq_lens_k": cu_seq_lens_k,
+                    "max_length_q": max_length_q,
+                    "max_length_k": max_length_k,
+                }
         hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
         labelled = shift_labels != IGNORE_INDEX
         if not per_row:

@@ -279,8 +279,13 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     known_before = _measured_by_base(job.base_ref, digest) if digest else None
     # Built before the model: under `accelerate launch` with ZeRO-3 it switches from_pretrained to
     # sharded loading.
-    args = _training_arguments(config, job, fresh=resume is None, has_eval=len(held_out) > 0 and known_before is None,
-                               accumulation=accumulation)
+    args = _training_arguments(
+        config,
+        job,
+        fresh=resume is None,
+        has_eval=len(held_out) > 0 and known_before is None,
+        accumulation=accumulation,
+    )
     attention = packed_attention_implementation()
     loss = resolve_loss_implementation(settings.loss)
     model = load_causal_lm(job.base_ref, config.model.dtype, config.model.trust_remote_code, attention)
@@ -291,8 +296,15 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     log.info(
         "%s: %d packed rows of %d tokens, attention %s, loss %s, %d micro-batch(es) of %d row(s) x %d device(s) "
         "= %d tokens per step",
-        job.stage, len(train_rows), settings.max_length, attention, loss, accumulation,
-        settings.micro_batch_rows, devices, tokens_per_step,
+        job.stage,
+        len(train_rows),
+        settings.max_length,
+        attention,
+        loss,
+        accumulation,
+        settings.micro_batch_rows,
+        devices,
+        tokens_per_step,
     )
     with progress_bar(job.progress_label, total=settings.max_steps) as advance:
         advance(resumed_from or 0)
@@ -302,8 +314,9 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
             args=args,
             train_dataset=train_rows,
             eval_dataset=held_out if len(held_out) else None,
-            data_collator=PackedCollator(tokenizer.pad_token_id, settings.max_length,
-                                         eval_width if eval_width > settings.max_length else None),
+            data_collator=PackedCollator(
+                tokenizer.pad_token_id, settings.max_length, eval_width if eval_width > settings.max_length else None
+            ),
             processing_class=tokenizer,
             compute_metrics=observation_cross_entropy,
             callbacks=callbacks,
@@ -323,12 +336,17 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
     save_model_atomic(trainer, job.model_dir)
     if after and trainer.is_world_process_zero():
-        write_text_atomic(job.model_dir.parent / HELDOUT_CE_FILE, json.dumps(
-            {"eval_sequences": digest, "observation_ce": after["eval_observation_ce"]}) + "\n")
+        write_text_atomic(
+            job.model_dir.parent / HELDOUT_CE_FILE,
+            json.dumps({"eval_sequences": digest, "observation_ce": after["eval_observation_ce"]}) + "\n",
+        )
 
     history = trainer.state.log_history
-    before = known_before if known_before is not None else next(
-        (h["eval_observation_ce"] for h in history if "eval_observation_ce" in h), None)
+    before = (
+        known_before
+        if known_before is not None
+        else next((h["eval_observation_ce"] for h in history if "eval_observation_ce" in h), None)
+    )
     return TrainingOutcome(
         eval_ce_before=before,
         eval_ce_after=after.get("eval_observation_ce"),

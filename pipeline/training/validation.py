@@ -67,8 +67,12 @@ def check_budget(config, tokenizer, queries: Sequence[Query], thinking_tokens: i
 
     if queries:
         what = "the validation observations" + (" plus the thinking SFT taught" if thinking_tokens else "")
-        require_budget("validation.max_tokens", config.validation.max_tokens,
-                       percentile_95(answer_tokens(tokenizer, [q.reference for q in queries])) + thinking_tokens, what)
+        require_budget(
+            "validation.max_tokens",
+            config.validation.max_tokens,
+            percentile_95(answer_tokens(tokenizer, [q.reference for q in queries])) + thinking_tokens,
+            what,
+        )
 
 
 def _key(model_ref: str, fmt: AnswerFormat, queries: Sequence[Query], config) -> str:
@@ -107,8 +111,13 @@ def predict(config, queries: Sequence[Query], model_ref: str, fmt: AnswerFormat,
     if shared.is_file():
         answers = json.loads(shared.read_text())
     else:
-        endpoint = EndpointConfig(backend="transformers", model=str(model_ref), temperature=0.0,
-                                  max_tokens=config.validation.max_tokens, batch_size=pass_rows(len(queries)))
+        endpoint = EndpointConfig(
+            backend="transformers",
+            model=str(model_ref),
+            temperature=0.0,
+            max_tokens=config.validation.max_tokens,
+            batch_size=pass_rows(len(queries)),
+        )
         requests = [ChatRequest(chat_messages(q, fmt.system_prompt(q.domain, q.system))) for q in queries]
         with Store(output_dir / SCRATCH_CACHE) as scratch:
             client = open_client(endpoint, scratch, f"validation.{name}")
@@ -116,7 +125,9 @@ def predict(config, queries: Sequence[Query], model_ref: str, fmt: AnswerFormat,
         answers = [{"query_id": q.query_id, "text": a.text, "error": a.error} for q, a in zip(queries, generated)]
         shared.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(shared, json.dumps(answers) + "\n")
-    write_text_atomic(path, json.dumps({"format": fmt.name, "model": str(model_ref), "answers": answers}, indent=2) + "\n")
+    write_text_atomic(
+        path, json.dumps({"format": fmt.name, "model": str(model_ref), "answers": answers}, indent=2) + "\n"
+    )
 
 
 def score(queries: Sequence[Query], output_dir: Path, name: str, judge) -> dict[str, dict[str, Any]]:
@@ -149,13 +160,25 @@ def metrics(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
     for name, rows in (("before", before), ("after", after)):
         interval = bootstrap_mean([row["score"] for row in rows.values()])
         answered = [row for row in rows.values() if row["status"] not in NOT_ANSWERED]
-        result.update({f"val_score_{name}": interval.mean, f"val_score_{name}_low": interval.low,
-                       f"val_score_{name}_high": interval.high,
-                       f"val_parse_rate_{name}": (sum(r["status"] == "ok" for r in answered) / len(answered)
-                                                  if answered else None)})
+        result.update(
+            {
+                f"val_score_{name}": interval.mean,
+                f"val_score_{name}_low": interval.low,
+                f"val_score_{name}_high": interval.high,
+                f"val_parse_rate_{name}": (
+                    sum(r["status"] == "ok" for r in answered) / len(answered) if answered else None
+                ),
+            }
+        )
     change = paired_by_key({k: r["score"] for k, r in after.items()}, {k: r["score"] for k, r in before.items()})
-    result.update({"val_change": change.mean, "val_change_low": change.low, "val_change_high": change.high,
-                   "val_verdict": change.direction})
+    result.update(
+        {
+            "val_change": change.mean,
+            "val_change_low": change.low,
+            "val_change_high": change.high,
+            "val_verdict": change.direction,
+        }
+    )
     return result
 
 
@@ -165,19 +188,27 @@ def summary_words(measured: dict[str, Any]) -> str:
         return ""
     from pipeline.evaluation.intervals import Interval
 
-    change = Interval(measured["val_change"], measured["val_change_low"], measured["val_change_high"],
-                      measured["val_queries"])
+    change = Interval(
+        measured["val_change"], measured["val_change_low"], measured["val_change_high"], measured["val_queries"]
+    )
     before = "-" if measured.get("val_score_before") is None else f"{measured['val_score_before']:.1f}"
-    return (f"validation score {before} -> {measured['val_score_after']:.1f}, {change_words(change)} "
-            f"({measured['val_queries']} targets, answers in format {_rate(measured.get('val_parse_rate_after'))})")
+    return (
+        f"validation score {before} -> {measured['val_score_after']:.1f}, {change_words(change)} "
+        f"({measured['val_queries']} targets, answers in format {_rate(measured.get('val_parse_rate_after'))})"
+    )
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def measure(config, queries: Sequence[Query], output_dir: Path, before: tuple[str, AnswerFormat],
-            after: tuple[str, AnswerFormat]) -> dict[str, Any]:
+def measure(
+    config,
+    queries: Sequence[Query],
+    output_dir: Path,
+    before: tuple[str, AnswerFormat],
+    after: tuple[str, AnswerFormat],
+) -> dict[str, Any]:
     """The stage's validation metrics: `before` and `after` are (model, format). Computed once per run
     folder (written last, so a kill repeats at most the judging); {} when there is no validation target."""
     from pipeline.sft.generators import build_judge, judge_label
@@ -195,8 +226,11 @@ def measure(config, queries: Sequence[Query], output_dir: Path, before: tuple[st
         rows = {name: score(queries, output_dir, name, judge) for name in ("before", "after")}
         if client is not None:
             client.check_failures()
-    measured = {**metrics(rows["before"], rows["after"], judge_label(config.validation.judge)),
-                "val_format_before": before[1].name, "val_format_after": after[1].name}
+    measured = {
+        **metrics(rows["before"], rows["after"], judge_label(config.validation.judge)),
+        "val_format_before": before[1].name,
+        "val_format_after": after[1].name,
+    }
     write_text_atomic(output_dir / SCORES_FILE, json.dumps(rows, indent=2, sort_keys=True) + "\n")
     write_text_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
     return measured
