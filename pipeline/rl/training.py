@@ -208,10 +208,9 @@ def train_gspo(
         changed = sum(1 for name, values in before.items() if after.get(name) != values)
     # Generation must stop where an observation ends, as after SFT.
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    # transformers types Trainer.model as a Module or None, whose attributes are tensors or modules.
-    eos = trainer.model.generation_config.eos_token_id  # type: ignore[union-attr]
-    eos = [eos] if isinstance(eos, int) else list(eos or [])  # type: ignore[arg-type]
-    trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]  # type: ignore[union-attr]
+    eos = trainer.model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     args = trainer.args
@@ -226,5 +225,5 @@ def train_gspo(
         trainer.is_world_process_zero(),
         changed,
         len(before or {}),
-        completions // args.num_generations,  # type: ignore[attr-defined]  # a GRPOConfig
+        completions // args.num_generations,
     )

@@ -27,7 +27,7 @@ class WorldModel:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval()  # type: ignore[arg-type]  # transformers mistypes .to
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval()
         self._prompt_tokens = PromptTokens(self.tokenizer, self.format.thinking)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
@@ -36,4 +36,4 @@ class WorldModel:
         return self._prompt_tokens.ids(messages)
 
     def token_text(self, token_id: int) -> str:
-        return self.tokenizer.decode([token_id], skip_special_tokens=False)  # type: ignore[return-value]  # one sequence: a str
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
