@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist two workers share the 2 cores: each torch (and each process a test starts, which inherits
+# this) computes on one thread instead of two, so the workers do not oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from pipeline.config import SimulacraConfig, load_config
 from pipeline.store.database import Store
 
