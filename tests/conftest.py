@@ -1,10 +1,16 @@
 """Shared fixtures: a config whose workspace lives in tmp_path, the public trajectories, and a tiny random
 chat model (built offline, once per session)."""
 
+import os
 import random
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist two workers share the 2 cores: each torch (and each process a test starts, which inherits
+# this) computes on one thread instead of two, so the workers do not oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pipeline.config import SimulacraConfig, load_config
 from pipeline.store.database import Store
@@ -43,3 +49,59 @@ def tiny_chat_model(tmp_path_factory) -> Path:
     corpus = tmp_path_factory.mktemp("corpus") / "text.txt"
     corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(16)) for _ in range(500)), encoding="utf-8")
     return build_tiny_model(TinyModelConfig(), [corpus], tmp_path_factory.mktemp("models") / "tiny-chat")
+
+
+# `make test` runs the suite on 2 pytest-xdist workers, one module to a worker at a time (`--dist loadscope`:
+# a module's module-scoped server or model is built once). Modules are handed out in collection order
+# (`--no-loadscope-reorder`), so the longest go first and the short ones fill in beside them; xdist's own order
+# (most tests first) left the few-test, long modules (SFT, CPT, the Prefect server) to the end, on one worker
+# for minutes. Seconds: the modules' sums in one serial run (2026-12-02, loaded machine).
+LONGEST_FIRST = [
+    "test_prefect_server.py",  # 350
+    "test_sft_stage.py",  # 336
+    "test_real_model.py",  # 261
+    "test_cpt_stage.py",  # 204
+    "test_openenv.py",  # 140
+    "test_serve.py",  # 121
+    "test_rl_stage.py",  # 114
+    "test_gpu_train_bench.py",  # 70
+    "test_flows.py",  # 65
+    "test_llm_secret_block.py",  # 53
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+# Modules whose tests start rule-reward sandboxes, and the two that assert over every sandbox uid on the
+# machine (none left behind; exactly two sandboxes' uids at once): one scope, so one worker runs them one after
+# the other and no sandbox of the other worker is counted.
+SANDBOX_MODULES = {
+    "test_sandbox.py",
+    "test_sandbox_attacks.py",
+    "test_demo_verifiers.py",
+    "test_rl_rewards.py",
+    "test_rl_stage.py",
+    "test_rl_prompts.py",
+    "test_serve.py",
+    "test_openenv.py",
+    "test_workspace_privacy.py",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "sandbox" if Path(module).name in SANDBOX_MODULES else module
+
+    return Scheduling(config, log)
