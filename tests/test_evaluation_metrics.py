@@ -168,10 +168,10 @@ def test_every_format_is_scored_by_one_rule():
     """Issue 17, item 10: an unparsed thinking answer yields the empty observation and is judged as one,
     exactly as a non-thinking answer of nothing is; the parse status tells them apart, not the score."""
     from pipeline.config import load_config
-    from stages.evaluate import Prediction, Scorer
+    from pipeline.evaluation.scoring import Prediction, Scorer
 
     config = load_config(None, [{"evaluate": {"judge": {"kind": "semantic"}}}])
-    scorer = Scorer(config, None)
+    scorer = Scorer(config.evaluate, None)
     queries = [Query("t1", 1, "terminal", QUERY.system, (), "cat a.txt", "hello world\n", 0)] * 3
     predictions = [
         Prediction("missing_think", None, None, None),
