@@ -93,6 +93,14 @@ def _trajectories(path: Path, read: BenchmarkRead) -> Iterator[Trajectory]:
             yield trajectory
 
 
+def file_trajectories(paths: Sequence[str], read: BenchmarkRead) -> Iterator[Trajectory]:
+    """Every trajectory of the files (a folder's files in order), parsed as `read_benchmark` parses them, what
+    fails counted in `read`: for a reader that needs whole trajectories rather than target turns (closed-loop
+    rollouts, pipeline/fidelity/trajectories.py)."""
+    for path in _files(paths):
+        yield from _trajectories(path, read)
+
+
 def target_positions(trajectory: Trajectory, target_field: str) -> tuple[list[int], bool]:
     """The positions of the target turns, and whether the data designated them."""
     designated = [i for i, turn in enumerate(trajectory.turns) if turn.metadata.get(target_field) is True]

@@ -1,7 +1,7 @@
 """Judge-free metrics of one prediction against the real observation (issue 12), and the score mapping.
 
-- `agentworldbench_sql`: AgentWorldBench maps a 1-5 judge score onto 0-100 as (raw - 1) / 4 x 100
-  (SPEC.md, "Evaluation"), per criterion and for their mean.
+- `agentworldbench_sql` (in the store), `agentworldbench_score` (in Python): AgentWorldBench maps a 1-5 judge
+  score onto 0-100 as (raw - 1) / 4 x 100 (SPEC.md, "Evaluation"), per criterion and for their mean.
 - ROUGE-L: F1 of the longest common subsequence of words (rouge-score's tokenizer: lower-cased
   alphanumeric runs), symmetric in the two texts.
 - Exact match on deterministic content: the rubrics (data/rubrics/) separate deterministic content,
@@ -52,6 +52,11 @@ RUNTIME_METADATA = (
 def agentworldbench_sql(column: str) -> str:
     """SQL of a 1-5 judge score on AgentWorldBench's 0-100 scale (the aggregates are computed in the store)."""
     return f"(({column}) - 1) / 4 * 100"
+
+
+def agentworldbench_score(raw: float) -> float:
+    """A 1-5 judge score on AgentWorldBench's 0-100 scale, for scores aggregated outside the store."""
+    return (raw - 1.0) / 4.0 * 100.0
 
 
 def mask_runtime_metadata(text: str) -> str:

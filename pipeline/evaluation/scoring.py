@@ -36,9 +36,10 @@ class Prediction:
     error: str | None
 
 
+GENERATION_FAILED = "generation_failed"  # the answer format's status of an answer that never came
 EMPTY_GENERATION = "empty_generation"
 # Rows without scores: the endpoint failed, or (with `exclude_empty_generations`) the model wrote nothing.
-UNSCORED = ("generation_failed", EMPTY_GENERATION)
+UNSCORED = (GENERATION_FAILED, EMPTY_GENERATION)
 
 
 class Scorer:
