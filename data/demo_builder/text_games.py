@@ -4,7 +4,7 @@ written as TextWorld / ALFWorld harnesses log it: intro, task line, then `> acti
 import random
 import re
 
-from .household import ROOMS, TOOL_FOR, GameTask, Household, goal_met, new_game
+from pipeline.environments.household import ROOMS, TOOL_FOR, GameTask, Household, goal_met, new_game
 
 MAX_GAME_ACTIONS = 20
 

@@ -7,7 +7,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bookstore import CITIES, GENRES, STREETS, TOOLS, Bookstore
+from pipeline.environments.bookstore import CITIES, GENRES, STREETS, TOOLS, Bookstore
+
 from .verifiers import json_keys_verifier
 
 BOOKSTORE_POLICY = (

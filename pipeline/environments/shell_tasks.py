@@ -215,6 +215,7 @@ def task_fix_script(rng: random.Random) -> ShellTask:
         "tests/check_stats.py": CHECK_SCRIPT.format(column=column),
     }
     if path is not None:
+        assert good is not None and bad is not None  # a bug in a file has both texts; only "data" has neither
         files[path] = files[path].replace(good.format(column=column), bad.format(short=short), 1)
     run = "python3 app/main.py data/readings.csv"
     commands = [*maybe(rng, 0.5, "ls -R"), *maybe(rng, 0.3, "cat README.md"), run]
