@@ -7,8 +7,9 @@ them too (issue 31).
   a throwaway home (pipeline/environments/terminal.py): terminal.jsonl, terminal_env.md;
 - tool_calls: scripted support conversations calling the bookstore service
   (pipeline/environments/bookstore.py): tool_calls.json;
-- text_games: the scripted player of the household engine's games (pipeline/environments/household.py)
-  and the game logs it leaves (text_games/);
+- text_games: the game logs (text_games/) the scripted player leaves of the household engine's games
+  (pipeline/environments/household.py; the player and the choice of games, which the deal shares, in
+  household_player.py);
 - flawed: records made to be quarantined or filtered (flawed.jsonl);
 - verifiers: the rule reward's code attached to turns whose answer the builder knows;
 - corpus: writes every file, and the README with the counts.
