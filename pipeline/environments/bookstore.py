@@ -332,7 +332,10 @@ class Bookstore:
 
     def update_shipping_address(self, order_id: str, address: dict) -> dict:
         order = self._unshipped(order_id, "re-addressed")
-        order["shipping_address"] = dict(address)
+        # Stored in the schema's field order, as a server with a typed address model keeps it: the reply
+        # does not echo the order the caller's JSON happened to list the fields in (a call rendered with
+        # sorted keys, as ingestion renders actions, gets the reply the corpus's agent got).
+        order["shipping_address"] = {key: address[key] for key in ADDRESS_SCHEMA["properties"]}
         return {"order_id": order_id, "status": order["status"], "shipping_address": order["shipping_address"]}
 
     def request_return(self, order_id: str, book_id: str, reason: str) -> dict:
