@@ -3,8 +3,8 @@ them, and the builder's choice of game for each index.
 
 Game `index` is drawn from `random.Random(f"text-game-{index}-{attempt}")`, attempt 0 first; the
 builder keeps the first draw whose scripted play lasts at least MIN_GAME_ACTIONS actions, since a
-shorter game is not worth a log (it removes, among others, every game whose goal already holds when
-dealt: the player finds the object in place and is done in a few actions). So the deal of a game is
+shorter game is not worth a log (it removes most games whose goal already holds when dealt: the
+player finds the object in place and is done in a few actions). So the deal of a game is
 not `new_game` alone but this choice, and an environment that deals as the corpus does
 (household_env.py) replays it here.
 """
