@@ -6,14 +6,16 @@
   trajectory, seeded with generated files; observations are what bash really printed.
 - tool_calls.json: a scripted agent calls the tools of a small in-process bookstore service with
   state; every tool response (errors and pagination included) is what the service returned.
-- text_games/*.txt: a scripted agent plays an ALFWorld-like text adventure run by the builder's
+- text_games/*.txt: a scripted agent plays an ALFWorld-like text adventure run by the household
   engine; one game per file, in the log form TextWorld / ALFWorld harnesses write.
 - flawed.jsonl: records that must be quarantined or filtered (see FLAWED RECORDS in
   demo_builder/flawed.py).
 - terminal_env.md: the versions of the tools whose messages appear in terminal.jsonl.
 - README.md: what each file holds, with counts.
 
-The builder itself is the package demo_builder/ next to this script, one module a concern.
+The builder itself is the package demo_builder/ next to this script, one module a concern; the
+environments it runs are in pipeline/environments/.
+
 Rerunnable and deterministic: string seeds (hashed with SHA-512 by `random`, so independent of
 PYTHONHASHSEED), sorted iteration, no clocks or PIDs, and the temporary directory replaced by
 /home/user in every observation. Only the standard library and `pipeline` are needed.

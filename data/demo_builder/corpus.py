@@ -6,13 +6,14 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pipeline.environments.household_player import MAX_GAME_ACTIONS
+from pipeline.environments.shell_tasks import TERMINAL_TASKS
 from pipeline.formats.simulacra_jsonl import to_record
 
 from . import jsonl_line
 from .flawed import flawed_lines
-from .shell_tasks import TERMINAL_TASKS
 from .terminal import terminal_trajectory, tool_versions
-from .text_games import MAX_GAME_ACTIONS, text_game_log
+from .text_games import text_game_log
 from .tool_calls import tool_call_conversations
 
 TERMINAL_TRAJECTORIES = 120

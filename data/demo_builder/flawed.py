@@ -3,12 +3,13 @@ path taken. The tool responses in them come from the live bookstore service."""
 
 import json
 
+from pipeline.environments.bookstore import TOOLS, TOOLS_BY_NAME, Bookstore
+from pipeline.environments.terminal import terminal_system
 from pipeline.formats.simulacra_jsonl import to_record
 from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 
 from . import SOURCE, jsonl_line
-from .bookstore import TOOLS, TOOLS_BY_NAME, Bookstore
-from .terminal import shell_turn, terminal_system
+from .terminal import shell_turn
 
 # ---------------------------------------------------------------------------------------------
 # FLAWED RECORDS: data/demo/flawed.jsonl, one line each, in this order. Each exercises one path

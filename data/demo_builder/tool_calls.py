@@ -1,13 +1,16 @@
 """Tool-call conversations: a scripted support agent serves customers of the bookstore, each
-conversation one scenario (buy, cancel, return, ...) and maybe a follow-up request, in OpenAI chat
-format; every tool response is what the live service returned."""
+conversation one scenario (buy, cancel, return, ...; the customer's request is dealt by
+pipeline/environments/bookstore_requests.py) and maybe a follow-up request, in OpenAI chat format;
+every tool response is what the live service returned."""
 
 import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bookstore import CITIES, GENRES, STREETS, TOOLS, Bookstore
+from pipeline.environments.bookstore import GENRES, TOOLS, Bookstore
+from pipeline.environments.bookstore_requests import CustomerRequest, customer_request
+
 from .verifiers import json_keys_verifier
 
 BOOKSTORE_POLICY = (
@@ -86,26 +89,8 @@ def customer_orders(chat: ToolConversation, customer_id: str, status: str | None
         page += 1
 
 
-def pick_customer(
-    chat: ToolConversation,
-    wanted: Callable[[dict], bool] = lambda order: True,
-) -> tuple[str, list[dict]]:
-    """A customer id with at least one order matching `wanted` (chosen from the service's state)."""
-    ids = sorted({o["customer_id"] for o in chat.store.orders.values() if wanted(o)})
-    customer_id = chat.rng.choice(ids)
-    return customer_id, [o for o in chat.store.orders.values() if o["customer_id"] == customer_id and wanted(o)]
-
-
-def scenario_buy(chat: ToolConversation) -> str | None:
-    rng, store = chat.rng, chat.store
-    customer_id = rng.choice(sorted(store.customers))
-    book = store.books[rng.choice(sorted(b for b, v in store.books.items() if v["stock"] > 0))]
-    wanted = rng.choice([1, 1, 2, 3, 4])
-    chat.user(
-        f"Hi, I'm customer {customer_id}. I'd like to buy {wanted} "
-        f"{'copy' if wanted == 1 else 'copies'} of a book by {book['author'].split()[1]}, "
-        f"something like '{book['title'].split()[-1]}'."
-    )
+def scenario_buy(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id, book, wanted = request.customer_id, chat.store.books[request.book_ids[0]], request.quantity
     customer = chat.call("get_customer", customer_id=customer_id)
     query = book["author"].split()[1]
     page, found = 1, None
@@ -134,15 +119,8 @@ def scenario_buy(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_over_stock(chat: ToolConversation) -> str | None:
-    rng, store = chat.rng, chat.store
-    customer_id = rng.choice(sorted(store.customers))
-    book = store.books[rng.choice(sorted(b for b, v in store.books.items() if 1 <= v["stock"] <= 4))]
-    wanted = book["stock"] + rng.randint(1, 5 - book["stock"]) if book["stock"] < 5 else 5
-    chat.user(
-        f"Customer {customer_id} here. Please order {wanted} copies of '{book['title']}' for my book club, "
-        "I already know I want them."
-    )
+def scenario_over_stock(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id, book, wanted = request.customer_id, chat.store.books[request.book_ids[0]], request.quantity
     chat.call("search_books", query=book["title"])
     items = [{"book_id": book["book_id"], "quantity": wanted}]
     failed = chat.call("create_order", customer_id=customer_id, items=items)
@@ -158,9 +136,8 @@ def scenario_over_stock(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_status(chat: ToolConversation) -> str | None:
-    customer_id, orders = pick_customer(chat)
-    chat.user(f"Hello, my customer id is {customer_id}. Where are my orders?")
+def scenario_status(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id = request.customer_id
     chat.call("get_customer", customer_id=customer_id)
     rows = customer_orders(chat, customer_id)
     order = chat.call("get_order", order_id=rows[0]["order_id"])
@@ -173,15 +150,10 @@ def scenario_status(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_cancel(chat: ToolConversation) -> str | None:
-    rng = chat.rng
-    shipped = rng.random() < 0.35
-    states = ("shipped", "delivered") if shipped else ("pending", "processing")
-    customer_id, orders = pick_customer(chat, lambda order: order["status"] in states)
-    target = rng.choice(sorted(orders, key=lambda o: o["order_id"]))
-    chat.user(f"I'm {customer_id}. Please cancel order {target['order_id']}, I ordered it by mistake.")
+def scenario_cancel(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id = request.customer_id
     chat.call("get_customer", customer_id=customer_id)
-    order = chat.call("get_order", order_id=target["order_id"])
+    order = chat.call("get_order", order_id=request.order_id)
     chat.say(
         f"Order {order['order_id']} ({len(order['items'])} item(s), {money(order['total'])}) will be cancelled "
         "with reason 'ordered by mistake'. Confirm?"
@@ -198,19 +170,10 @@ def scenario_cancel(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_address(chat: ToolConversation) -> str | None:
-    rng = chat.rng
-    customer_id, orders = pick_customer(chat, lambda order: order["status"] != "cancelled")
-    target = rng.choice(sorted(orders, key=lambda o: o["order_id"]))
-    city, postal = rng.choice(CITIES)
-    street = f"{rng.randint(10, 990)} {rng.choice(STREETS)}"
-    address = {"street": street, "city": city, "postal_code": postal, "country": "USA"}
-    chat.user(
-        f"Hi, {customer_id} here. Can you send order {target['order_id']} to {address['street']}, "
-        f"{address['city']} {address['postal_code']} instead?"
-    )
+def scenario_address(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    rng, customer_id, address = chat.rng, request.customer_id, request.address
     chat.call("get_customer", customer_id=customer_id)
-    order = chat.call("get_order", order_id=target["order_id"])
+    order = chat.call("get_order", order_id=request.order_id)
     chat.say(
         f"I'll change the shipping address of {order['order_id']} to {address['street']}, {address['city']} "
         f"{address['postal_code']}, USA. OK?"
@@ -230,10 +193,8 @@ def scenario_address(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_browse(chat: ToolConversation) -> str | None:
-    rng, store = chat.rng, chat.store
-    genre = rng.choice([g for g in GENRES if sum(b["genre"] == g for b in store.books.values()) >= 5])
-    chat.user(f"What {genre} books do you have? Show me everything and tell me the cheapest one in stock.")
+def scenario_browse(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    rng, genre = chat.rng, request.genre
     hits, page = [], 1
     while True:
         results = chat.call("search_books", genre=genre, page=page, page_size=4)
@@ -255,12 +216,8 @@ def scenario_browse(chat: ToolConversation) -> str | None:
     return None
 
 
-def scenario_coupon(chat: ToolConversation) -> str | None:
-    rng, store = chat.rng, chat.store
-    customer_id = rng.choice(sorted(store.customers))
-    books = rng.sample(sorted(b for b, v in store.books.items() if v["stock"] >= 2), 2)
-    code = rng.choice(["SPRING10", "READMORE5", "SPRING20", "WELCOME"])
-    chat.user(f"I'm {customer_id}. I want one copy each of {books[0]} and {books[1]}, with coupon {code}.")
+def scenario_coupon(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id, books, code = request.customer_id, request.book_ids, request.coupon
     first, second = chat.parallel(("get_book", {"book_id": books[0]}), ("get_book", {"book_id": books[1]}))
     chat.say(
         f"'{first['title']}' ({money(first['price'])}) and '{second['title']}' ({money(second['price'])}) with "
@@ -277,10 +234,8 @@ def scenario_coupon(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_return(chat: ToolConversation) -> str | None:
-    rng = chat.rng
-    customer_id, _ = pick_customer(chat, lambda order: order["status"] == "delivered")
-    chat.user(f"Customer {customer_id}. A book in my last delivered order arrived damaged. I want to return it.")
+def scenario_return(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    rng, customer_id = chat.rng, request.customer_id
     rows = customer_orders(chat, customer_id, status="delivered")
     order = chat.call("get_order", order_id=rows[0]["order_id"])
     line = rng.choice(order["items"])
@@ -296,14 +251,8 @@ def scenario_return(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_typo_id(chat: ToolConversation) -> str | None:
-    customer_id, orders = pick_customer(chat)
-    real = chat.rng.choice(sorted(orders, key=lambda o: o["order_id"]))["order_id"]
-    # Two digits swapped, the commonest typo; a swap that lands on a real order is shifted out of range.
-    typo = real[:-2] + real[-1] + real[-2]
-    if typo in chat.store.orders:
-        typo = f"O{int(real[1:]) + 100}"
-    chat.user(f"Hi, I'm {customer_id}, what's the status of order {typo}?")
+def scenario_typo_id(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    customer_id, typo = request.customer_id, request.mistyped_order_id
     chat.call("get_order", order_id=typo)
     chat.say(f"I can't find order {typo}. Let me look at your account.")
     rows = customer_orders(chat, customer_id)
@@ -313,9 +262,8 @@ def scenario_typo_id(chat: ToolConversation) -> str | None:
     return customer_id
 
 
-def scenario_invalid_page(chat: ToolConversation) -> str | None:
-    query = chat.rng.choice(sorted({book["title"].split()[-1] for book in chat.store.books.values()}))
-    chat.user(f"Do you have books with '{query}' in the title? Show me page 3 of the results directly.")
+def scenario_invalid_page(chat: ToolConversation, request: CustomerRequest) -> str | None:
+    query = request.query
     result = chat.call("search_books", query=query, page=3)
     if "error" in result:
         result = chat.call("search_books", query=query)
@@ -355,18 +303,19 @@ def follow_up_profile(chat: ToolConversation, customer_id: str | None) -> None:
     chat.say(f"We have {customer['email']}, and {address['street']}, {address['city']} {address['postal_code']}.")
 
 
-TOOL_SCENARIOS = [
-    scenario_buy,
-    scenario_over_stock,
-    scenario_status,
-    scenario_cancel,
-    scenario_address,
-    scenario_browse,
-    scenario_coupon,
-    scenario_return,
-    scenario_typo_id,
-    scenario_invalid_page,
-]
+# How the agent serves each request (pipeline/environments/bookstore_requests.py deals them).
+SCENARIOS: dict[str, Callable[[ToolConversation, CustomerRequest], str | None]] = {
+    "buy": scenario_buy,
+    "over_stock": scenario_over_stock,
+    "status": scenario_status,
+    "cancel": scenario_cancel,
+    "address": scenario_address,
+    "browse": scenario_browse,
+    "coupon": scenario_coupon,
+    "return": scenario_return,
+    "typo_id": scenario_typo_id,
+    "invalid_page": scenario_invalid_page,
+}
 # Follow-up requests in the same conversation; those that need the customer only follow a scenario
 # that identified one.
 FOLLOW_UPS = [(follow_up_orders, True), (follow_up_recommend, False), (follow_up_profile, True)]
@@ -375,7 +324,9 @@ FOLLOW_UPS = [(follow_up_orders, True), (follow_up_recommend, False), (follow_up
 def tool_call_conversation(index: int, seed: str) -> dict:
     chat = ToolConversation(random.Random(seed), Bookstore())
     chat.messages.append({"role": "system", "content": BOOKSTORE_POLICY})
-    customer_id = TOOL_SCENARIOS[index % len(TOOL_SCENARIOS)](chat)
+    request = customer_request(index, chat.rng, chat.store)
+    chat.user(request.message)
+    customer_id = SCENARIOS[request.scenario](chat, request)
     for follow_up, needs_customer in chat.rng.sample(FOLLOW_UPS, chat.rng.choice([0, 1, 1, 2])):
         # Each follow-up makes at most 3 calls: stay within 10 per conversation.
         if chat.calls <= 7 and (customer_id or not needs_customer):

@@ -1,1 +1,2 @@
-"""Closed-loop fidelity (issue 31): held-out trajectories replayed through a simulator, step by step, scored and aggregated."""
+"""How far a simulator can be trusted (issue 31): held-out trajectories replayed open and closed loop, and scripted
+policies run in the real environments and in the simulator."""

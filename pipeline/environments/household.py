@@ -222,7 +222,7 @@ def goal_met(game: Household, task: GameTask) -> bool:
     return any(
         thing.startswith(task.target_object + " ") and (wanted is None or wanted in game.states.get(thing, set()))
         for receptacle, things in game.contents.items()
-        if receptacle.startswith(task.target_receptacle + " ")
+        if receptacle.startswith(f"{task.target_receptacle} ")
         for thing in things
     )
 

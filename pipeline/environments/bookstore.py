@@ -3,6 +3,7 @@ state, nine OpenAI-style tools over them, and the errors a real server gives (un
 stock, invalid coupons, shipped orders, bad arguments, out-of-range pages)."""
 
 import random
+from typing import Any
 
 GENRES = ["children", "cooking", "fiction", "history", "mystery", "poetry", "science"]
 TITLE_ADJECTIVES = ["Silent", "Glass", "Hidden", "Last", "Northern", "Paper", "Quiet", "Salt", "Winter", "Golden"]
@@ -97,7 +98,7 @@ TOOL_PARAMETERS = {
         ["order_id", "book_id", "reason"],
     ),
 }
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -108,7 +109,7 @@ TOOLS = [
     }
     for name, (description, properties, required) in TOOL_PARAMETERS.items()
 ]
-TOOLS_BY_NAME = {tool["function"]["name"]: tool["function"] for tool in TOOLS}
+TOOLS_BY_NAME: dict[str, dict[str, Any]] = {tool["function"]["name"]: tool["function"] for tool in TOOLS}
 JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict}
 
 
@@ -124,7 +125,7 @@ def isbn13(rng: random.Random) -> str:
     return "".join(map(str, digits + [check]))
 
 
-def check_arguments(schema: dict, value: object, where: str) -> None:
+def check_arguments(schema: dict, value: Any, where: str) -> None:
     """Validate arguments against the tool's JSON schema (the subset the tools use), as a server
     would: a missing, unknown or mistyped argument is an `invalid_arguments` error."""
     expected = schema.get("type")
@@ -331,7 +332,10 @@ class Bookstore:
 
     def update_shipping_address(self, order_id: str, address: dict) -> dict:
         order = self._unshipped(order_id, "re-addressed")
-        order["shipping_address"] = dict(address)
+        # Stored in the schema's field order, as a server with a typed address model keeps it: the reply
+        # does not echo the order the caller's JSON happened to list the fields in (a call rendered with
+        # sorted keys, as ingestion renders actions, gets the reply the corpus's agent got).
+        order["shipping_address"] = {key: address[key] for key in ADDRESS_SCHEMA["properties"]}
         return {"order_id": order_id, "status": order["status"], "shipping_address": order["shipping_address"]}
 
     def request_return(self, order_id: str, book_id: str, reason: str) -> dict:

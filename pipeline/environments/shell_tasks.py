@@ -3,6 +3,7 @@ the commands a scripted agent types to do the task there, mistakes and detours i
 
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,11 @@ class ShellTask:
     # Text the last observation shows when the task is done: the outcome reward checks the real
     # output for it, so a run the agent cut short scores 0.
     done_when: str
+    # The same evidence as a line the last observation must hold whole (a regular expression, matched
+    # against each line): the episode's success check (environments/terminal_env.py). Stricter than
+    # `done_when`, whose "0" or " the" a listing or a sentence may hold by chance, and equal to it on
+    # every run of the corpus (tests/test_real_environments.py).
+    done_line: str
     # Counting commands whose output the task computed from the files it seeded: command -> the
     # output's whitespace-separated fields. Those turns get a verifier (verifiers.count_verifier).
     counts: dict[str, list[str]] = field(default_factory=dict)
@@ -94,6 +100,7 @@ def task_largest_log(rng: random.Random) -> ShellTask:
         files,
         commands,
         f"largest log: {largest}",
+        done_line=re.escape(f"largest log: {largest} ({sizes[largest]} bytes)"),
     )
 
 
@@ -120,6 +127,7 @@ def task_count_errors(rng: random.Random) -> ShellTask:
         files,
         commands,
         str(total),
+        done_line=str(total),
         counts={"grep -h ERROR logs/*.log | wc -l": [str(total)]},
     )
 
@@ -215,6 +223,7 @@ def task_fix_script(rng: random.Random) -> ShellTask:
         "tests/check_stats.py": CHECK_SCRIPT.format(column=column),
     }
     if path is not None:
+        assert good is not None and bad is not None  # a bug in a file has both texts; only "data" has neither
         files[path] = files[path].replace(good.format(column=column), bad.format(short=short), 1)
     run = "python3 app/main.py data/readings.csv"
     commands = [*maybe(rng, 0.5, "ls -R"), *maybe(rng, 0.3, "cat README.md"), run]
@@ -228,6 +237,7 @@ def task_fix_script(rng: random.Random) -> ShellTask:
         files,
         commands,
         "4 passed, 0 failed",
+        done_line="4 passed, 0 failed",
     )
 
 
@@ -269,6 +279,7 @@ def task_backup(rng: random.Random) -> ShellTask:
         files,
         commands,
         archive.removeprefix("backups/"),
+        done_line=re.escape(archive.removeprefix("backups/")),
     )
 
 
@@ -307,6 +318,7 @@ def task_csv_report(rng: random.Random) -> ShellTask:
         files,
         commands,
         f"{best} {totals[best]}",
+        done_line=f"{best} {totals[best]}",
         counts={"wc -l sales.csv": [str(len(rows) + 1), "sales.csv"]},
     )
 
@@ -331,6 +343,8 @@ def task_config_edit(rng: random.Random) -> ShellTask:
         files,
         commands,
         f"port = {new}",
+        # `grep -n` prints "3:port = N", `diff` "> port = N".
+        done_line=rf"(\d+:|> )?port = {new}",
     )
 
 
@@ -356,6 +370,7 @@ def task_organize(rng: random.Random) -> ShellTask:
         files,
         commands,
         "0",
+        done_line="0",
         counts={"ls -A inbox | wc -l": ["0"]},
     )
 
@@ -389,6 +404,7 @@ def task_find_todos(rng: random.Random) -> ShellTask:
         files,
         commands,
         str(todos),
+        done_line=str(todos),
         counts={"grep -rn TODO src | wc -l": [str(todos)]},
     )
 
@@ -411,6 +427,7 @@ def task_large_files(rng: random.Random) -> ShellTask:
         files,
         commands,
         str(len(big)),
+        done_line=str(len(big)),
         counts={"find . -type f -size +2k | wc -l": [str(len(big))]},
     )
 
@@ -437,6 +454,7 @@ def task_dedupe(rng: random.Random) -> ShellTask:
         files,
         commands,
         f"{len(people)} unique.txt",
+        done_line=re.escape(f"{len(people)} unique.txt"),
         counts={
             "wc -l contacts.txt": [str(len(lines)), "contacts.txt"],
             "wc -l unique.txt": [str(len(people)), "unique.txt"],
@@ -467,6 +485,7 @@ def task_scaffold(rng: random.Random) -> ShellTask:
         files,
         commands,
         f"hello from {name}",
+        done_line=f"hello from {name}",
     )
 
 
@@ -494,6 +513,9 @@ def task_json_fix(rng: random.Random) -> ShellTask:
         files,
         commands,
         host,
+        # The host printed alone, or on the line `python3 -m json.tool` writes once the file parses: it
+        # indents by 4, so the nested host sits at 8 spaces (the file itself indents by 2).
+        done_line=rf'{re.escape(host)}| {{8}}"host": "{re.escape(host)}",',
     )
 
 
@@ -520,12 +542,14 @@ def task_run_script(rng: random.Random) -> ShellTask:
         *maybe(rng, 0.3, "bash scripts/report.sh | sort -t: -k2 -n"),
     ]
     first = sorted(path for path in files if path.endswith(".csv"))[0]
+    records = files[first].count("\n") - 1
     return ShellTask(
         "run_script",
         "Run scripts/report.sh to count the records in each CSV under data/.",
         files,
         commands,
         f"{first}: ",
+        done_line=re.escape(f"{first}: {records} records"),
     )
 
 
@@ -542,6 +566,8 @@ def task_word_count(rng: random.Random) -> ShellTask:
     ]
     text = " ".join(rng.choice(sentences) for _ in range(rng.randint(6, 14)))
     files = {"notes/field-notes.txt": text + "\n"}
+    # The words as the pipeline below splits them: runs of letters, lower-cased.
+    the = re.findall("[a-z]+", text.lower()).count("the")
     pipeline = "tr -cs 'A-Za-z' '\\n' < notes/field-notes.txt | tr 'A-Z' 'a-z' | sort | uniq -c | sort -rn"
     commands = [
         "ls -1 notes",
@@ -560,6 +586,8 @@ def task_word_count(rng: random.Random) -> ShellTask:
         files,
         commands,
         " the",
+        # `uniq -c` right-aligns the count: "     12 the".
+        done_line=rf" *{the} the",
         counts={"wc -w notes/field-notes.txt": [str(len(text.split())), "notes/field-notes.txt"]},
     )
 
