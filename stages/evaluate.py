@@ -291,7 +291,9 @@ def default_models(config, store) -> list[EvaluatedModel]:
         from pipeline.serving.export_choice import choose
 
         choice = choose(store)
-        shipped = [row for row in registered if choice is not None and row["checkpoint_id"] == choice.chosen.checkpoint_id]
+        shipped = [
+            row for row in registered if choice is not None and row["checkpoint_id"] == choice.chosen.checkpoint_id
+        ]
         return models + [_of_registered(row) for row in shipped[:1]]
     for stage in TRAINING_STAGES:
         newest = next((row for row in registered if row["stage"] == stage), None)

@@ -607,14 +607,14 @@ def test_evaluation_of_the_shipped_checkpoint_takes_what_export_ships(config, st
     """`evaluate.checkpoints: shipped` evaluates the checkpoint `export` would ship (beside base), not each stage's."""
     from stages.evaluate import default_models
 
-    for day, (checkpoint_id, score) in enumerate(scores.items(), start=1):
+    for day, (checkpoint_id, validation) in enumerate(scores.items(), start=1):
         folder = tmp_path / checkpoint_id
         folder.mkdir()
         (folder / "config.json").write_text("{}")
         register(store, checkpoint_id, checkpoint_id.split("-")[0], folder, f"2026-01-0{day} 00:00:00")
         store.execute(
             "UPDATE checkpoints SET metrics = ? WHERE checkpoint_id = ?",
-            [json.dumps({} if score is None else {"val_score_after": score}), checkpoint_id],
+            [json.dumps({} if validation is None else {"val_score_after": validation}), checkpoint_id],
         )
     assert [m.checkpoint_id for m in default_models(config, store)] == ["cpt-1", "sft-2", "rl-3"]  # newest: every stage
     config.evaluate.checkpoints = "shipped"
