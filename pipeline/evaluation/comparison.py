@@ -186,8 +186,8 @@ def pairs(evaluated: list[EvaluatedTargets]) -> list[tuple[EvaluatedTargets, Eva
 
 
 def _relation(before: str, after: str) -> str:
-    """The relation "started from", except where base is the nearest evaluated stage but not the one `after` trained from
-    (`evaluate.checkpoints: shipped` evaluates base and one checkpoint): then "base"."""
+    """The relation "started from", except where base is the nearest evaluated stage but not the one `after`
+    trained from (`evaluate.checkpoints: shipped` evaluates base and one checkpoint): then "base"."""
     if before == "base" and STAGE_ORDER.index(after) > 1:
         return "base"
     return "started from"
