@@ -32,7 +32,7 @@ from pipeline.evaluation.scoring import GENERATION_FAILED, Prediction, Scorer
 from pipeline.fidelity.simulators import Simulator, SimulatorRequest
 from pipeline.fidelity.trajectories import HeldOutTrajectory
 from pipeline.progress import progress_bar
-from pipeline.sft.queries import Query, kept_history
+from pipeline.sft.queries import Query, query_at
 from pipeline.store.schema import ScoredTurn
 
 OPEN_LOOP = "open"
@@ -74,17 +74,13 @@ def step_query(
         replace(turn, observation=fed_back[i]) if fed_back is not None and i in fed_back else turn
         for i, turn in enumerate(trajectory.turns[:position])
     ]
-    history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
-    turn = trajectory.turns[position]
-    return Query(
+    return query_at(
         trajectory.trajectory_id,
-        turn.turn_index,
         trajectory.domain,
         trajectory.system,
-        history,
-        turn.action,
-        turn.observation,
-        left_out,
+        earlier,
+        trajectory.turns[position],
+        max_history_chars,
     )
 
 

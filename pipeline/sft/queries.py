@@ -71,6 +71,19 @@ def kept_history(earlier: list[ScoredTurn], max_chars: int) -> tuple[tuple[Score
     return tuple(kept), len(earlier) - len(kept)
 
 
+def query_at(
+    trajectory_id: str,
+    domain: str,
+    system: SystemPrompt,
+    earlier: list[ScoredTurn],
+    turn: ScoredTurn,
+    max_history_chars: int | None,
+) -> Query:
+    """`turn` as a query, its history the `earlier` turns kept within `max_history_chars` (None: all of them)."""
+    history, left_out = (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
+    return Query(trajectory_id, turn.turn_index, domain, system, history, turn.action, turn.observation, left_out)
+
+
 def load_queries(snapshot_dir: Path, pool: str, chosen: list[tuple[str, int]], max_history_chars: int) -> list[Query]:
     """The chosen targets of `pool` as queries, in the order of `chosen`."""
     wanted: dict[str, set[int]] = {}
@@ -84,16 +97,13 @@ def load_queries(snapshot_dir: Path, pool: str, chosen: list[tuple[str, int]], m
         for position, turn in enumerate(trajectory.turns):
             if turn.turn_index not in indices:
                 continue
-            history, left_out = kept_history(trajectory.turns[:position], max_history_chars)
-            found[(trajectory.trajectory_id, turn.turn_index)] = Query(
+            found[(trajectory.trajectory_id, turn.turn_index)] = query_at(
                 trajectory.trajectory_id,
-                turn.turn_index,
                 trajectory.domain,
                 trajectory.system,
-                history,
-                turn.action,
-                turn.observation,
-                left_out,
+                trajectory.turns[:position],
+                turn,
+                max_history_chars,
             )
     missing = [target for target in chosen if target not in found]
     if missing:
