@@ -12,9 +12,11 @@ over the tiny model taught one thinking answer (tests/served_world_model.py).
   others go on, and gymnasium's own `RecordEpisodeStatistics` reads its return and length right.
 - Reset gives each sub-environment its own episode, or resets only the ones `reset_mask` marks.
 - A failed request truncates its own sub-episode and no other; a step whose every request fails raises.
-- The example on docs/serving.md runs.
+- The example on docs/serving.md runs; bench/fidelity.py's two ways see the same observations.
 """
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -285,3 +287,22 @@ def test_the_documented_example_runs(server):
     namespace: dict = {}
     exec(compile(example, "docs/serving.md", "exec"), namespace)
     assert namespace["envs"].closed
+
+
+def test_the_benchmark_compares_both_ways_on_the_same_episodes(server):
+    """bench/fidelity.py's speed comparison, small: its episodes are the demo's real sessions (their system prompts
+    pass this tiny model's context, so it runs this module's three), one at a time and together seeing the same
+    observations (same seeds and actions; sampled at temperature 1)."""
+    spec = importlib.util.spec_from_file_location("fidelity_bench", REPO / "bench" / "fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    sessions = fidelity.demo_episodes(3, 2)
+    assert [episode.actions for episode in sessions] == [
+        [turn["action"] for turn in json.loads(line)["turns"][:2]]
+        for line in (REPO / "data/demo/terminal.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    ]
+    assert sessions[0].spec.system.initial_state.startswith("Working directory /home/user/work")
+    episodes = [fidelity.Episode(episode, [row[i] for row in ACTIONS[:2]]) for i, episode in enumerate(EPISODES)]
+    result = fidelity.compare_speed(server, MODEL_NAME, episodes, max_tokens=8)
+    assert (result.episodes, result.steps, len(result.together[0])) == (3, 2, 2)
+    assert result.together == result.alone and result.same_steps == 6
