@@ -7,19 +7,12 @@ The taught query is a terminal episode's third step: after `TURNS`, the action `
 real answer of the served model.
 """
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
-
 from pipeline.config.model import TinyModelConfig
 from pipeline.serving.export_folder import write_export
+from pipeline.serving.local_server import served_folder
 from pipeline.serving.prompt_formats import prompt_format, world_model_messages
 from pipeline.store.schema import SystemPrompt
 from pipeline.training.tiny_model import build_tiny_model
@@ -35,12 +28,6 @@ SFT_FORMAT = prompt_format("sft")
 THINKING_QUERY = world_model_messages(SFT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
 THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
 MODEL_NAME = "world-model-test"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def teach(
@@ -90,39 +77,8 @@ def taught_export(root: Path) -> Path:
 
 
 def serve_folder(folder: Path) -> Iterator[str]:
-    """`simulacra serve` of an exported folder in a subprocess: its /v1 URL, until the generator closes."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "serve",
-            str(folder),
-            "--port",
-            str(port),
-            "--max-tokens",
-            "16",
-            "--max-body-mb",
-            "0.25",
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            httpx.get(f"{base_url}/models", timeout=2).raise_for_status()
-            break
-        except httpx.HTTPError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"simulacra serve did not start:\n{process.stdout.read()}")
-            time.sleep(0.5)
-    yield base_url
-    process.terminate()
-    process.wait(timeout=30)
+    """`simulacra serve` of an exported folder in a subprocess (pipeline/serving/local_server.py): its /v1 URL,
+    until the generator closes."""
+    log = folder.with_name(f"{folder.name}-serve.log")
+    with served_folder(folder, log=log, max_tokens=16, extra_options=("--max-body-mb", "0.25")) as server:
+        yield server.base_url

@@ -41,12 +41,13 @@ import httpx
 
 from pipeline.config.model import TinyModelConfig
 from pipeline.serving.export_folder import write_export
+from pipeline.serving.local_server import free_port
 from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM, example_request
 from pipeline.serving.prompt_formats import prompt_format
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
 from pipeline.training.tiny_model import build_tiny_model
-from tests.served_world_model import THINKING_ANSWER, free_port, teach
+from tests.served_world_model import THINKING_ANSWER, teach
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
