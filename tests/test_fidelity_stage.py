@@ -146,6 +146,7 @@ def runs(prepared):
     with Store(config.workspace.database_path) as store:
         again = fidelity.run(config, store)
         episodes = store.rows("SELECT * FROM fidelity_episodes ORDER BY simulator, environment, policy, seed")
+        steps = store.rows("SELECT simulator, parse_status, prediction, score FROM fidelity_steps")
         headline = collect_fidelity(store, "cpt-test")
     final = {table: _rows(config, table) for table in ("fidelity_steps", "fidelity_episodes")}
     return {
@@ -156,6 +157,7 @@ def runs(prepared):
         "resumed": resumed,
         "again": again,
         "episodes": episodes,
+        "steps": steps,
         "headline": headline,
     }
 
@@ -213,6 +215,16 @@ def test_the_report_holds_the_curves_divergence_and_agreement(runs):
     assert set(result.tables) == {"fidelity-curves", "fidelity-divergence", "fidelity-agreement", "fidelity-ranks"}
     assert set(result.images) == {"fidelity-cpt", "fidelity-retrieval-baseline"}
     assert "cpt: median steps to first divergence" in result.summary and "Kendall tau-b" in result.summary
+
+
+def test_a_prompt_the_server_refuses_for_its_length_is_the_simulators_answer(runs):
+    """Some terminal prompts (the system prompt and 400 characters of history) pass the tiny model's 1024 tokens:
+    `simulacra serve` refuses them, and the step is scored as the empty observation, not asked again."""
+    served = [step for step in runs["steps"] if step["simulator"].startswith("cpt-test/")]
+    refused = [step for step in served if step["parse_status"] == "context_exceeded"]
+    assert refused and len(refused) < len(served)
+    assert all(step["prediction"] is None and step["score"] is not None for step in refused)
+    assert runs["resumed"].metrics["steps"] == len(served) // 2  # each step in both loops, none failed
 
 
 def test_simulated_episodes_take_the_real_episodes_actions(runs):
