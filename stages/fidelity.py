@@ -106,7 +106,11 @@ def held_out_set(config, store, snapshot: Path, data: list[str] | None) -> HeldO
     if data:
         read = benchmark_trajectories(data, fidelity.max_trajectories, fidelity.seed, fidelity.max_steps)
         if not read.trajectories:
-            raise FidelityInputError(f"no trajectory with an environment turn to roll out in {', '.join(data)}")
+            counts = read.counts
+            raise FidelityInputError(
+                f"no trajectory with an environment turn to roll out in {', '.join(data)}: {counts['records_read']} "
+                f"records read, {counts['records_failed']} failed to parse"
+            )
         return read
     held_out = pool_trajectories(store, snapshot, fidelity.max_trajectories, fidelity.seed, fidelity.max_steps)
     if not held_out.trajectories:

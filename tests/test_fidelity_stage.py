@@ -12,7 +12,8 @@ retrieval baseline, the real household and bookstore engines, the offline simila
 - The export that follows quotes the checkpoint's fidelity numbers in its model card; a card without a fidelity
   run says nothing of it.
 - `SimulatorEnv`, the gymnasium environment the retrieval baseline plays in, on a scripted simulator.
-- The command's one-line errors: no eval pool yet, no model, a checkpoint that is no folder.
+- The command's one-line errors: no eval pool yet, no model, `--data` with nothing to roll out, a checkpoint that
+  is no folder.
 """
 
 import json
@@ -346,6 +347,14 @@ def test_the_command_says_what_to_run_first_in_one_line(tmp_path, prepared):
     assert (
         unmodelled.output.strip()
         == "fidelity: no model to measure: run `simulacra cpt` first, or give --checkpoint PATH"
+    )
+    unreadable = tmp_path / "unreadable.jsonl"
+    unreadable.write_text("not json\n")
+    nothing = CliRunner().invoke(app, ["--set", f"workspace.path={workspace}", "fidelity", "--data", str(unreadable)])
+    assert nothing.exit_code == 2
+    assert nothing.output.strip() == (
+        f"fidelity: no trajectory with an environment turn to roll out in {unreadable}: 1 records read, 1 failed to "
+        "parse"
     )
     nowhere = CliRunner().invoke(
         app, ["--set", f"workspace.path={workspace}", "fidelity", "--checkpoint", str(tmp_path / "nowhere")]
