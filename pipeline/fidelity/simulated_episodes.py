@@ -126,15 +126,15 @@ def play_together(
                     continue
                 if failed is not None and failed[i]:
                     error = str(errors[i])  # type: ignore[index]  # masked: set
-                    end = CONTEXT_EXHAUSTED if error.startswith(ContextExhausted.__name__) else FAILED
-                    ended(slot.job, _record(slot, end), error)
+                    refused = error.startswith(ContextExhausted.__name__)
+                    ended(slot.job, _record(slot, CONTEXT_EXHAUSTED if refused else FAILED), error)
                     refill(i)
                     continue
                 slot.observation = observations[i]
                 slot.history.append((actions[i], observations[i]))
-                end = _end(slot, bool(terminated[i]), bool(truncated[i]))
-                if end is not None:
-                    ended(slot.job, _record(slot, end), None)
+                ending = _end(slot, bool(terminated[i]), bool(truncated[i]))
+                if ending is not None:
+                    ended(slot.job, _record(slot, ending), None)
                     refill(i)
     finally:
         envs.close()
