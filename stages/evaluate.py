@@ -282,10 +282,19 @@ def _of_registered(row: dict[str, Any]) -> EvaluatedModel:
 
 
 def default_models(config, store) -> list[EvaluatedModel]:
-    """The base model, then the newest registered checkpoint of each training stage."""
+    """The base model, then the newest registered checkpoint of each training stage; with
+    `evaluate.checkpoints: shipped`, the one checkpoint `export` will ship instead."""
     base = _base_model(config)
     models = [base] if base is not None else []
     registered = _registered(store)
+    if config.evaluate.checkpoints == "shipped":
+        from pipeline.serving.export_choice import choose
+
+        choice = choose(store)
+        shipped = [
+            row for row in registered if choice is not None and row["checkpoint_id"] == choice.chosen.checkpoint_id
+        ]
+        return models + [_of_registered(row) for row in shipped[:1]]
     for stage in TRAINING_STAGES:
         newest = next((row for row in registered if row["stage"] == stage), None)
         if newest is not None:

@@ -294,6 +294,16 @@ def test_pairs_follow_the_stage_order_among_the_models_present():
         ("rl", "baseline", "retrieval baseline"),
     }
     assert named("base", "cpt") == {("cpt", "base", "started from")}  # base is its predecessor: no second pair
+    # `evaluate.checkpoints: shipped`: base and the shipped checkpoint; rl did not start from base, so it is "base".
+    assert named("base", "rl", "baseline") == {
+        ("rl", "base", "base"),
+        ("base", "baseline", "retrieval baseline"),
+        ("rl", "baseline", "retrieval baseline"),
+    }
+    assert named("base", "cpt", "baseline") - {("base", "baseline", "retrieval baseline")} == {
+        ("cpt", "base", "started from"),
+        ("cpt", "baseline", "retrieval baseline"),
+    }
     assert named("external", "baseline") == {("external", "baseline", "retrieval baseline")}
 
 

@@ -594,3 +594,28 @@ def test_the_cards_example_renders_the_training_tokens(exported):
     labelled = next(i for i, label in enumerate(sample.sequence.labels) if label != -100)
     assert ids == sample.sequence.input_ids[:labelled]
     assert any(m.get("name") == "task_description" for m in request["messages"])  # the parts, not a rendered prompt
+
+
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ({"cpt-1": 30.0, "sft-2": 45.0, "rl-3": 40.0}, ["sft-2"]),  # the best validation score, not the last stage
+        ({"cpt-1": None, "sft-2": None, "rl-3": None}, ["rl-3"]),  # no scores: the last training stage that ran
+    ],
+)
+def test_evaluation_of_the_shipped_checkpoint_takes_what_export_ships(config, store, tmp_path, scores, expected):
+    """`evaluate.checkpoints: shipped` evaluates the checkpoint `export` would ship (beside base), not each stage's."""
+    from stages.evaluate import default_models
+
+    for day, (checkpoint_id, validation) in enumerate(scores.items(), start=1):
+        folder = tmp_path / checkpoint_id
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        register(store, checkpoint_id, checkpoint_id.split("-")[0], folder, f"2026-01-0{day} 00:00:00")
+        store.execute(
+            "UPDATE checkpoints SET metrics = ? WHERE checkpoint_id = ?",
+            [json.dumps({} if validation is None else {"val_score_after": validation}), checkpoint_id],
+        )
+    assert [m.checkpoint_id for m in default_models(config, store)] == ["cpt-1", "sft-2", "rl-3"]  # newest: every stage
+    config.evaluate.checkpoints = "shipped"
+    assert [m.checkpoint_id for m in default_models(config, store)] == expected

@@ -40,6 +40,8 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["evaluate.benchmark.max_history_chars"] == str(demo.evaluate.max_history_chars)
     # Each benchmark path gives at most its share of the targets.
     assert values["evaluate.benchmark.max_items_per_path"] == str(learning.ITEMS_PER_PATH)
+    # Every stage's checkpoint is evaluated, for each stage's gain, where the demo evaluates the shipped one.
+    assert demo.evaluate.checkpoints == "shipped" and values["evaluate.checkpoints"] == "newest"
     given = learning.bench_overrides(DEMO, tmp_path / "ws", ["evaluate.benchmark.max_history_chars=null"])
     assert _values(given)["evaluate.benchmark.max_history_chars"] == "null"
     scaled = load_config(DEMO, [learning.parse_override(text) for text in given])

@@ -54,6 +54,14 @@ class EvaluateConfig(Section):
         description="History given with a query: the most recent whole turns within this many characters, as SFT "
         "builds its queries (sft.max_history_chars), so a model is asked in the shape it was trained on.",
     )
+    checkpoints: Literal["newest", "shipped"] = Field(
+        default="newest",
+        description="Which trained models a run evaluates beside the base model (without `--checkpoint`). newest: "
+        "the newest checkpoint of each training stage (cpt, sft, rl), each compared with the one it started from. "
+        "shipped: only the checkpoint `export` ships, the best validation score (pipeline/serving/export_choice.py), "
+        "compared with base: one pass over the eval set per model, so the demo's 2 cores evaluate 2 models, not 4 "
+        "(each stage's own before/after is measured on the validation pool either way).",
+    )
     benchmark: BenchmarkConfig = Field(
         default_factory=BenchmarkConfig,
         description="`--data` files read as a benchmark: which turns are targets, how much history an item gets.",

@@ -9,7 +9,8 @@ lm-evaluation-harness prints as a stderr beside every metric.
 
 Then every model is compared *paired*, on the targets both models scored, with:
 - the model it started from: the nearest earlier stage of base -> cpt -> sft -> rl among the evaluated
-  models (rl against sft, sft against cpt, cpt against base; `relation` "started from");
+  models (rl against sft, sft against cpt, cpt against base; `relation` "started from"; when that is base
+  but the model did not start from it, as `evaluate.checkpoints: shipped` evaluates base and rl, "base");
 - the base model, for the last trained stage when base is not the one it started from ("base");
 - the retrieval baseline, for every model ("retrieval baseline").
 A difference is always `model - compared_with`, per target, then its mean and interval: a positive
@@ -168,7 +169,7 @@ def pairs(evaluated: list[EvaluatedTargets]) -> list[tuple[EvaluatedTargets, Eva
     by_stage = {stage: [t for t in evaluated if t.stage == stage] for stage in (*STAGE_ORDER, BASELINE_STAGE)}
     present = [stage for stage in STAGE_ORDER if by_stage[stage]]
     found = [
-        (model, earlier, "started from")
+        (model, earlier, _relation(before, after))
         for before, after in zip(present, present[1:])
         for model in by_stage[after]
         for earlier in by_stage[before]
@@ -182,6 +183,14 @@ def pairs(evaluated: list[EvaluatedTargets]) -> list[tuple[EvaluatedTargets, Eva
         for baseline in by_stage[BASELINE_STAGE]
     ]
     return found
+
+
+def _relation(before: str, after: str) -> str:
+    """The relation "started from", except where base is the nearest evaluated stage but not the one `after`
+    trained from (`evaluate.checkpoints: shipped` evaluates base and one checkpoint): then "base"."""
+    if before == "base" and STAGE_ORDER.index(after) > 1:
+        return "base"
+    return "started from"
 
 
 def comparisons(evaluated: list[EvaluatedTargets]) -> list[Comparison]:
