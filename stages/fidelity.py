@@ -6,9 +6,10 @@ Read top to bottom, `run` does:
    `fidelity.max_steps` environment turns (pipeline/fidelity/trajectories.py); or, with `--data`, the
    trajectories of benchmark files, read as given (nothing is ingested);
 2. the simulators: the models evaluation measures (stages/evaluate.py's `default_models`: the base model and the
-   newest registered checkpoint of cpt, sft and rl; or the `--checkpoint` folders, `named_models`), each asked in
-   the format it was trained in (an exported folder in the one its `simulacra.json` records), then the retrieval
-   baseline (SFT's nearest-neighbour generator over the cpt pool);
+   newest registered checkpoint of cpt, sft and rl, or the one export ships with `evaluate.checkpoints: shipped`;
+   or the `--checkpoint` folders, `named_models`), each asked in the format it was trained in (an exported
+   folder in the one its `simulacra.json` records), then the retrieval baseline (SFT's nearest-neighbour
+   generator over the cpt pool);
 3. the real episodes, once for every simulator since they do not depend on one: each policy of the ladder
    (pipeline/fidelity/policies.py) on tasks 0..N-1 (`fidelity.episodes_per_policy`) of each environment of
    `fidelity.environments`, in the real engines (pipeline/environments/), success by the task's own check;

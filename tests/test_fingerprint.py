@@ -96,6 +96,12 @@ CHANGES = [
         {"evaluate": {"max_history_chars": 1000}},
         {"evaluate", "fidelity", "export"},
     ),
+    (
+        "evaluation measures the shipped checkpoint alone",
+        no_change,
+        {"evaluate": {"checkpoints": "shipped"}},
+        {"evaluate", "fidelity", "export"},
+    ),
     # The card quotes fidelity's numbers from the store, not its settings.
     ("a fidelity setting changes", no_change, {"fidelity": {"episodes_per_policy": 3}}, {"fidelity"}),
     ("only orchestration changes", no_change, {"orchestration": {"stages": ["ingest"]}}, set()),

@@ -206,8 +206,10 @@ def _fidelity_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     from pipeline.store.snapshot import pools_fingerprint
 
     evaluate = config.evaluate
-    # Rollouts are asked and judged as evaluation asks and judges: these of its settings, not its budget.
+    # Fidelity measures the models evaluation measures (`evaluate.checkpoints`), its rollouts asked and judged as
+    # evaluation asks and judges: these of its settings, not its query budget.
     asked = [
+        evaluate.checkpoints,
         evaluate.predictor.model_dump(mode="json"),
         evaluate.max_history_chars,
         evaluate.judge.model_dump(mode="json"),
