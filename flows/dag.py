@@ -26,7 +26,7 @@ from pydantic import Field
 from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
 from flows.concurrency import gpu_slot
 from pipeline.config import SimulacraConfig, load_config, parse_override
-from pipeline.config.orchestration import GPU_POOL_STAGES, STAGE_ORDER
+from pipeline.config.orchestration import GPU_POOL_STAGES, OPTIONAL_STAGES, STAGE_ORDER
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
 from pipeline.store import stage_runs
@@ -163,5 +163,10 @@ def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutc
 
 
 def config_stages(config: SimulacraConfig, stages: Sequence[str] | None) -> list[str]:
-    """The stages a run asked for, or else the config's `orchestration.stages`."""
-    return list(stages) if stages else list(config.orchestration.stages)
+    """The stages a run asked for, or else the config's `orchestration.stages` without the optional stages
+    whose section is not `enabled` (fidelity: it serves every model and plays hundreds of episodes)."""
+    if stages:
+        return list(stages)
+    return [
+        stage for stage in config.orchestration.stages if stage not in OPTIONAL_STAGES or getattr(config, stage).enabled
+    ]

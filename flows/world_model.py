@@ -38,7 +38,8 @@ def world_model_pipeline(
             worker runs in (e.g. data/configs/demo.yaml). Empty: the defaults.
         workspace: Workspace folder the run reads and writes (`workspace.path`); `simulacra server
             start` sets its own, absolute. Empty: the config's.
-        stages: Stages to run, always in DAG order. Empty: the config's `orchestration.stages`.
+        stages: Stages to run, always in DAG order. Empty: the config's `orchestration.stages` (fidelity
+            only when `fidelity.enabled`).
         overrides: Config overrides as KEY.PATH=VALUE, e.g. `cpt.learning_rate=1e-4`, applied after the file.
         base_model: Hugging Face name or local path of the model training starts from (`model.base`).
             Empty: the config's.

@@ -461,6 +461,70 @@ def evaluate(
     console.print(f"plot and report: {result.output_path}", highlight=False)
 
 
+@app.command(cls=ListOptions)
+def fidelity(
+    checkpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--checkpoint",
+            help="Model folders to measure (several after one --checkpoint, or it repeated; an exported folder "
+            "is asked in its own format); default: the base model and every stage's newest checkpoint.",
+        ),
+    ] = None,
+    data: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--data",
+            help="Roll out the trajectories of these files or folders (any format ingest reads; several after one "
+            "--data) instead of the eval pool's; nothing is ingested.",
+        ),
+    ] = None,
+    thinking: Annotated[
+        bool,
+        typer.Option(
+            "--thinking", help="Ask unregistered --checkpoint folders in the thinking format (SFT/RL checkpoints)."
+        ),
+    ] = False,
+) -> None:
+    """How far each simulator can be trusted: closed-loop rollouts against the real observations, and scripted
+    policies ranked in the simulator as in the real environments."""
+    from stages import fidelity as stage
+
+    with _store() as store:
+        result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
+    out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
+    _print_rows(
+        out,
+        [row for row in result.tables["fidelity-divergence"] if row["domain"] == "all"],
+        f"steps to the first divergence (a step scoring below {_config().fidelity.divergence_threshold:g}), "
+        "Kaplan-Meier median over trajectories, all domains (per domain in report.json)",
+        ("simulator", "mode", "trajectories", "diverged", "steps_to_first_divergence"),
+    )
+    _print_rows(
+        out,
+        [row for row in result.tables["fidelity-curves"] if row["domain"] == "all"],
+        f"score (0-100) against step, all domains, mean [95% interval] (judge: {result.metrics['judge']})",
+        ("simulator", "step", "mode", "trajectories", "score", "exact_match", "closed_minus_open"),
+    )
+    agreement = [row for row in result.tables["fidelity-agreement"] if row["environment"] == "all"]
+    if agreement:
+        _print_rows(
+            out,
+            agreement,
+            "policy success rates [95% Wilson interval], all environments; simulated - real paired on the same "
+            "tasks and seeds (per environment in report.json)",
+            ("simulator", "policy", "episodes_real", "real", "episodes_simulated", "simulated", "simulated_minus_real"),
+        )
+        _print_rows(
+            out,
+            result.tables["fidelity-ranks"],
+            "rank agreement: Kendall tau-b between the policies' simulated and real success rates",
+            ("simulator", "environment", "policies", "kendall_tau_b", "why"),
+        )
+    _report(result)
+    console.print(f"plots, tables and report: {result.output_path}", highlight=False)
+
+
 def _print_rows(out: Console, rows: list[dict[str, Any]], title: str, columns: tuple[str, ...]) -> None:
     """A table of rows; a value with its interval (`<column>_low`, `_high`) as `41.1 [35.2, 47.0]`."""
     from pipeline.evaluation.report import with_interval

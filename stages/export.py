@@ -11,8 +11,8 @@ Read top to bottom, `run` does:
    chat template, a generation config that stops at `<|im_end|>`, `simulacra.json` with the length
    and history budget the model was trained at (pipeline/serving/provenance.py), the model card in
    the Hub's conventions with the evaluation table of the exported checkpoint: it beside every model
-   evaluated on the same eval set with the same judge, pipeline/evaluation/report.py); no file names
-   a path of this machine;
+   evaluated on the same eval set with the same judge, pipeline/evaluation/report.py; and its closed-loop
+   fidelity and policy agreement, where `simulacra fidelity` measured it); no file names a path of this machine;
 4. register it in `checkpoints` with stage `export`, and copy it to `export.destination` when set.
 A rerun with the same fingerprint finds the folder complete and only registers and copies again.
 """
@@ -26,6 +26,7 @@ from pipeline.serving.export_folder import METADATA_FILE, copy_to, destination_f
 from pipeline.serving.export_source import resolve_format, resolve_source
 from pipeline.serving.model_card import (
     CardFacts,
+    collect_fidelity,
     collect_pools,
     collect_sources,
     collect_stages,
@@ -111,6 +112,7 @@ def run(config, store) -> StageResult:
             stages=collect_stages(config, store),
             evaluation=portable(evaluation_rows(store, source.checkpoint_id), workspace),
             chosen_by=chosen_by,
+            fidelity=collect_fidelity(store, source.checkpoint_id),
         )
         metadata = {
             "model_name": model_name,

@@ -143,6 +143,31 @@ def test_a_failed_generation_ends_its_closed_loop_and_nothing_else(scorer):
     assert [(r.trajectory_id, r.turn_index) for r in simulator.calls[2]] == [("t-ls", 3)]
 
 
+def test_a_resumed_rollout_asks_only_the_steps_not_stored_and_feeds_back_the_stored_answers(scorer):
+    """Steps 1 and 2 were stored by a run that died; the rerun asks step 3 alone, with the stored step-2 answer of
+    the closed loop in its history, and a stored failed generation is asked again."""
+    recorded: list[list[ScoredStep]] = []
+    whole = roll_out(
+        TRAJECTORIES, ScriptedSimulator(ANSWERS), scorer, None, record=lambda steps: recorded.append(list(steps))
+    )
+    assert [len(steps) for steps in recorded] == [6, 4, 2] and sum(recorded, []) == sorted(
+        whole.steps, key=lambda s: s.step
+    )
+    stored = {(s.trajectory_id, s.mode, s.step): s for s in recorded[0] + recorded[1]}
+    failed = ("t-mk", CLOSED_LOOP, 2)
+    stored[failed] = ScoredStep(
+        "t-mk", "terminal", CLOSED_LOOP, 2, 1, 0, None, "generation_failed", None, None, None, "x"
+    )
+    simulator, again = ScriptedSimulator(ANSWERS), []
+    resumed = roll_out(TRAJECTORIES, simulator, scorer, None, done=stored, record=again.append)
+    assert [[(r.trajectory_id, r.turn_index) for r in call] for call in simulator.calls] == [
+        [("t-mk", 1)],
+        [("t-ls", 3), ("t-ls", 3)],
+    ]
+    assert [t.observation for t in simulator.calls[1][1].history] == ["a.txt", "OK.", "hello"]  # stored answers
+    assert resumed == whole and [len(steps) for steps in again] == [1, 2]
+
+
 def test_the_history_is_cut_within_max_history_chars_by_what_it_holds(scorer):
     # At step 2 the real history is `ls` + 11 characters (13) and the thought (16): 29 > 20, the oldest turn
     # left out. The closed loop's `ls` answered `a` (3 characters): 19, both kept.

@@ -83,12 +83,27 @@ CHANGES = [
         "the base model changes",
         no_change,
         {"model": {"base": "Qwen/Qwen3-0.6B"}},
-        {"cpt", "sft", "rl", "evaluate", "export"},
+        {"cpt", "sft", "rl", "evaluate", "fidelity", "export"},
     ),
     ("the sft threshold changes", no_change, {"sft": {"min_score": 4.0}}, {"sft", "export"}),
     ("cpt's eval windows change", no_change, {"cpt": {"eval_max_sequences": 8}}, {"cpt", "sft", "export"}),
     ("an rl setting changes", no_change, {"rl": {"control_fraction": 0.5}}, {"rl", "export"}),
     ("the eval budget changes", no_change, {"evaluate": {"max_queries": 5}}, {"evaluate", "export"}),
+    # Fidelity asks its rollouts as evaluation asks its queries: the history budget, not evaluation's query budget.
+    (
+        "the evaluation history changes",
+        no_change,
+        {"evaluate": {"max_history_chars": 1000}},
+        {"evaluate", "fidelity", "export"},
+    ),
+    (
+        "evaluation measures the shipped checkpoint alone",
+        no_change,
+        {"evaluate": {"checkpoints": "shipped"}},
+        {"evaluate", "fidelity", "export"},
+    ),
+    # The card quotes fidelity's numbers from the store, not its settings.
+    ("a fidelity setting changes", no_change, {"fidelity": {"episodes_per_policy": 3}}, {"fidelity"}),
     ("only orchestration changes", no_change, {"orchestration": {"stages": ["ingest"]}}, set()),
     ("the export destination changes", no_change, {"export": {"destination": "s3://bucket/wm"}}, {"export"}),
 ]

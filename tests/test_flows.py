@@ -152,6 +152,23 @@ def test_the_store_decides_not_the_prefect_cache(tmp_path):
     assert {o.status for o in world_model_pipeline(config_path=str(config))} == {"skipped"}
 
 
+# (fidelity.enabled, the stages a run names, the stages it runs): an optional stage runs when its section enables
+# it or when a run names it.
+OPTIONAL = [
+    (False, [], [s for s in STAGE_ORDER if s != "fidelity"]),
+    (True, [], list(STAGE_ORDER)),
+    (False, ["evaluate", "fidelity"], ["evaluate", "fidelity"]),
+]
+
+
+@pytest.mark.parametrize(("enabled", "named", "expected"), OPTIONAL, ids=["off", "enabled", "named"])
+def test_fidelity_runs_in_the_dag_when_enabled_or_named(enabled, named, expected):
+    from flows.dag import config_stages
+
+    config = resolve_config("", [f"fidelity.enabled={str(enabled).lower()}"], "", 0)
+    assert config_stages(config, named) == expected
+
+
 def test_a_stage_flow_runs_its_stage_alone(tmp_path):
     config = write_config(tmp_path)
     [outcome] = stage_flows.ingest_flow(config_path=str(config))

@@ -19,7 +19,6 @@ tiny checkpoint, driven by the `openai` client, by raw HTTP for bad requests, an
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -36,120 +35,30 @@ from pipeline.serving.prompt_formats import prompt_format, world_model_messages
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
 from pipeline.training.tiny_model import build_tiny_model
+from tests.served_world_model import (
+    SYSTEM,
+    THINKING_ANSWER,
+    THINKING_QUERY,
+    TURNS,
+    serve_folder,
+    taught_export,
+    teach,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-SYSTEM = SystemPrompt(
-    task_description="Count the lines of notes.txt.",
-    action_space="bash commands, one per action",
-    initial_state="~/notes.txt holds three lines.",
-)
-TURNS = [("ls", "notes.txt"), ("cat notes.txt", "one\ntwo\nthree")]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-SFT_FORMAT = prompt_format("sft")
-THINKING_QUERY = world_model_messages(SFT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
-THINKING_ANSWER = "<think>\nThree lines.\n</think>\n\n3 notes.txt"
-
-
-def teach(
-    model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None, fmt=SFT_FORMAT
-) -> None:
-    """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
-    served model really writes thinking and the server's separation of it is tested on a real output."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from pipeline.serving.chat_template import chat_template
-
-    if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        tokenizer.chat_template = chat_template(fmt)
-    prompt = tokenizer(
-        tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
-        add_special_tokens=False,
-    )["input_ids"]
-    target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    ids = torch.tensor([prompt + target])
-    labels = torch.tensor([[-100] * len(prompt) + target])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    torch.manual_seed(0)
-    for _ in range(60):
-        loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """The tiny model, taught one thinking answer, exported in the thinking (sft) format."""
-    root = tmp_path_factory.mktemp("serve")
-    model = build_tiny_model(
-        TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny"
-    )
-    teach(model, THINKING_QUERY, THINKING_ANSWER)
-    folder = write_export(
-        model,
-        root / "export",
-        prompt_format("sft"),
-        {"model_name": "world-model-test", "fingerprint": "test", "context_length": 512, "max_history_chars": 24_000},
-        "# card\n",
-    )
-    return folder
-
-
-def _serve(folder: Path):
-    """`simulacra serve` of an exported folder in a subprocess: its /v1 URL, until the generator closes."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "serve",
-            str(folder),
-            "--port",
-            str(port),
-            "--max-tokens",
-            "16",
-            "--max-body-mb",
-            "0.25",
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            httpx.get(f"{base_url}/models", timeout=2).raise_for_status()
-            break
-        except httpx.HTTPError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"simulacra serve did not start:\n{process.stdout.read()}")
-            time.sleep(0.5)
-    yield base_url
-    process.terminate()
-    process.wait(timeout=30)
+    return taught_export(tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")
 def server(folder):
     """The exported model served by `simulacra serve` in a subprocess."""
-    yield from _serve(folder)
+    yield from serve_folder(folder)
 
 
 @pytest.fixture(scope="module")
@@ -733,7 +642,7 @@ def direct_server(tmp_path_factory):
         "# card\n",
     )
     assert json.loads((folder / "simulacra.json").read_text())["answer_formats"] == ["direct"]
-    yield from _serve(folder)
+    yield from serve_folder(folder)
 
 
 def test_a_direct_model_answers_in_content_with_no_reasoning(direct_server):

@@ -41,12 +41,13 @@ import httpx
 
 from pipeline.config.model import TinyModelConfig
 from pipeline.serving.export_folder import write_export
+from pipeline.serving.local_server import free_port
 from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM, example_request
 from pipeline.serving.prompt_formats import prompt_format
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import SystemPrompt
 from pipeline.training.tiny_model import build_tiny_model
-from tests.test_serve import THINKING_ANSWER, _free_port, teach
+from tests.served_world_model import THINKING_ANSWER, teach
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -74,7 +75,7 @@ def folder(tmp_path_factory):
 def serving(arguments: list[str], log: Path) -> Iterator[str]:
     """`simulacra serve ARGUMENTS` in its own process group (vLLM starts an engine process of its own),
     its output in `log`; yields the /v1 base URL once /v1/models answers, and stops the group after."""
-    port = _free_port()
+    port = free_port()
     bin_dir = str(Path(sys.executable).parent)  # where `vllm` was installed with this interpreter
     env = {
         **os.environ,

@@ -19,6 +19,7 @@ from pipeline.config.base import Section
 from pipeline.config.cpt import CPTConfig
 from pipeline.config.evaluate import EvaluateConfig
 from pipeline.config.export import ExportConfig
+from pipeline.config.fidelity import FidelityConfig
 from pipeline.config.filter import FilterConfig
 from pipeline.config.ingest import IngestConfig
 from pipeline.config.llm import CREDENTIALS_IN_URL
@@ -47,6 +48,9 @@ class SimulacraConfig(Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Rejection-sampled SFT.")
     rl: RLConfig = Field(default_factory=RLConfig, description="GSPO reinforcement learning.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="Evaluation of every checkpoint.")
+    fidelity: FidelityConfig = Field(
+        default_factory=FidelityConfig, description="Closed-loop fidelity and policy agreement of every simulator."
+    )
     export: ExportConfig = Field(default_factory=ExportConfig, description="The world-model checkpoint.")
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Stage DAG.")
 

@@ -8,12 +8,15 @@ from pydantic import Field, field_validator
 
 from pipeline.config.base import Section
 
-STAGE_ORDER = ("ingest", "filter", "score", "split", "cpt", "sft", "rl", "evaluate", "export")
+STAGE_ORDER = ("ingest", "filter", "score", "split", "cpt", "sft", "rl", "evaluate", "fidelity", "export")
+# Stages `simulacra run` leaves out of `orchestration.stages` unless their section's `enabled` is on; named in
+# `--stages` (or run by their own flow) they run regardless.
+OPTIONAL_STAGES = frozenset({"fidelity"})
 # Stages that train or generate with a model: they hold a slot of the `gpu` concurrency limit.
-GPU_STAGES = frozenset({"cpt", "sft", "rl", "evaluate"})
+GPU_STAGES = frozenset({"cpt", "sft", "rl", "evaluate", "fidelity"})
 # The GPU stages `gpu_deployment` hands to a GPU pool (prepare / train / record, flows/gpu_stage.py).
-# Not evaluate: it commits its rows to the store as it produces them, so it runs where the store is,
-# holding a `gpu` slot (a served checkpoint, `evaluate.predictor.backend: openai`, needs no GPU there).
+# Not evaluate and fidelity: they commit their rows to the store as they produce them, so they run where the
+# store is, holding a `gpu` slot (a served checkpoint, `evaluate.predictor.backend: openai`, needs no GPU there).
 GPU_POOL_STAGES = frozenset({"cpt", "sft", "rl"})
 
 
@@ -21,7 +24,8 @@ class OrchestrationConfig(Section):
     stages: list[str] = Field(
         default_factory=lambda: list(STAGE_ORDER),
         description="Stages `simulacra run` executes; they always run in DAG order. A stage left out is not "
-        "run; its downstream stages still read whatever the store holds.",
+        "run; its downstream stages still read whatever the store holds. An optional stage (fidelity) listed "
+        "here runs only when its section's `enabled` is on.",
     )
     gpu_concurrency_limit: str | None = Field(
         default="gpu",

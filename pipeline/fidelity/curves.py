@@ -25,15 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config.fidelity import DIVERGENCE_THRESHOLD
 from pipeline.evaluation.intervals import Interval, bootstrap_mean, paired_by_key
 from pipeline.fidelity.rollouts import CLOSED_LOOP, MODES, OPEN_LOOP, Rollouts, ScoredStep
 
 ALL_DOMAINS = "all"
-# A step has diverged when its score is below 50 of 100: where evaluation's semantic match draws the line
-# (`evaluate.semantic_match_threshold` 0.5: a match is a similarity above 0.5, i.e. a score above 50 on the
-# similarity judge) and where SFT's `min_score` of 3 on the judge's 1-5 scale does (a score of 50); on an LLM
-# judge, 50 is a mean criterion of 3, "partly right". Below it the simulator is telling another story.
-DIVERGENCE_THRESHOLD = 50.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,13 +18,19 @@ the empty one where it yields none (a thinking answer with no closed `<think>` b
 after its retries is the endpoint's failure, not the model's: it has no score, and the trajectory's closed loop
 stops there (nothing to feed back); the client does not cache a failure, so a rerun asks it again and goes on.
 
+Resumable (`done`, `record`): a step already scored in an earlier run (keyed by trajectory, mode and step) is
+neither asked nor scored again; its stored prediction is what the closed loop feeds back, so the later steps are
+asked exactly as an uninterrupted run asks them. Each step's new scores are handed to `record` as soon as they
+are computed (the fidelity stage commits them, one transaction a step). A stored failed generation is not done:
+it is asked again.
+
 Every step is scored by evaluation's scorer (pipeline/evaluation/scoring.py, one rule for every model): its
 judge on 0-100 (the offline similarity judge by default; an LLM judge where `evaluate.judge` configures one,
 whose invalid answers leave the step without a score) and exact match after masking runtime metadata
 (pipeline/evaluation/metrics.py: pids, timestamps and random ids compared by their class, not literally).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipeline.evaluation.metrics import agentworldbench_score
@@ -96,18 +102,26 @@ def _request(trajectory: HeldOutTrajectory, query: Query) -> SimulatorRequest:
     )
 
 
+# A scored step by (trajectory id, mode, step): what an earlier run of the same rollout stored.
+StepKey = tuple[str, str, int]
+
+
 def roll_out(
     trajectories: Sequence[HeldOutTrajectory],
     simulator: Simulator,
     scorer: Scorer,
     max_history_chars: int | None,
     modes: Sequence[str] = MODES,
+    done: Mapping[StepKey, ScoredStep] | None = None,
+    record: Callable[[Sequence[ScoredStep]], None] | None = None,
 ) -> Rollouts:
     """Every step of every trajectory in each mode, asked a step at a time (one simulator call per step)
-    and scored as evaluation scores."""
+    and scored as evaluation scores; the steps in `done` are taken as they are, each step's new ones are
+    given to `record`."""
     unknown = [mode for mode in modes if mode not in MODES]
     if unknown:
         raise ValueError(f"unknown rollout mode(s) {unknown}; modes are {', '.join(MODES)}")
+    done = {key: kept for key, kept in (done or {}).items() if kept.parse_status != GENERATION_FAILED}
     fed_back: dict[str, dict[int, str]] = {t.trajectory_id: {} for t in trajectories}  # the closed loop's
     stopped: set[str] = set()  # closed loops whose generation failed
     scored: list[ScoredStep] = []
@@ -119,20 +133,40 @@ def roll_out(
                 for trajectory in trajectories:
                     if len(trajectory.steps) < step or (mode == CLOSED_LOOP and trajectory.trajectory_id in stopped):
                         continue
+                    kept = done.get((trajectory.trajectory_id, mode, step))
+                    if kept is not None:
+                        scored.append(kept)
+                        if mode == CLOSED_LOOP:
+                            _feed_back(fed_back, stopped, trajectory, step, _stored_prediction(kept))
+                        continue
                     own = fed_back[trajectory.trajectory_id] if mode == CLOSED_LOOP else None
                     asked.append((mode, trajectory, step_query(trajectory, step, own, max_history_chars)))
-            if not asked:
-                break
-            predictions = simulator.observations([_request(t, query) for _, t, query in asked])
-            if len(predictions) != len(asked):
-                raise ValueError(f"simulator {simulator.name} answered {len(predictions)} of {len(asked)} requests")
-            rows = scorer.rows([query for _, _, query in asked], predictions, [t.response_marker for _, t, _ in asked])
-            for (mode, trajectory, query), prediction, row in zip(asked, predictions, rows):
-                scored.append(_scored_step(trajectory, mode, step, query, prediction, row))
-                if mode == CLOSED_LOOP:
-                    _feed_back(fed_back, stopped, trajectory, step, prediction)
+            if asked:
+                predictions = simulator.observations([_request(t, query) for _, t, query in asked])
+                if len(predictions) != len(asked):
+                    raise ValueError(f"simulator {simulator.name} answered {len(predictions)} of {len(asked)} requests")
+                markers = [t.response_marker for _, t, _ in asked]
+                rows = scorer.rows([query for _, _, query in asked], predictions, markers)
+                new = []
+                for (mode, trajectory, query), prediction, row in zip(asked, predictions, rows):
+                    new.append(_scored_step(trajectory, mode, step, query, prediction, row))
+                    if mode == CLOSED_LOOP:
+                        _feed_back(fed_back, stopped, trajectory, step, prediction)
+                scored += new
+                if record is not None:
+                    record(new)
             advance(1)
-    return Rollouts(simulator.name, scorer.name, tuple(scored))
+    return Rollouts(simulator.name, scorer.name, tuple(sorted(scored, key=_rollout_order(modes, trajectories))))
+
+
+def _rollout_order(modes: Sequence[str], trajectories: Sequence[HeldOutTrajectory]):
+    """By step, then mode, then trajectory in the order given: how an uninterrupted run lists its steps."""
+    position = {t.trajectory_id: i for i, t in enumerate(trajectories)}
+    return lambda s: (s.step, list(modes).index(s.mode), position[s.trajectory_id])
+
+
+def _stored_prediction(step: ScoredStep) -> Prediction:
+    return Prediction(step.parse_status, step.prediction, None, step.error)
 
 
 def _feed_back(

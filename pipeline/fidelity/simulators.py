@@ -12,6 +12,12 @@ an agent's environment would be given, and nothing else. Two simulators:
   of earlier answers, which a rerun reads back from the same cache: it rebuilds the same requests step after
   step, whatever the sampling, and finds them answered. Greedy decoding (temperature 0, evaluation's default)
   is still what a fidelity measure wants: a score that does not depend on a draw.
+- `ServedSimulator`: a `ChatSimulator` of a model behind `simulacra serve` (the fidelity stage serves each model),
+  which refuses a prompt past the model's context length (HTTP 400) rather than cutting it, as it refuses an
+  agent's. That refusal is the simulator's answer, the same at every run, not the endpoint failing: the step gets
+  status `context_exceeded` and is scored as the empty observation (evaluation's rule for an answer that yields
+  none), and the closed loop goes on from it. Any other failed request is the endpoint's: too many of a call's
+  (`max_failed_fraction`) stop the rollout, as `ChatSimulator` does.
 - `RetrievalSimulator`: the retrieval baseline (pipeline/sft/retrieval.py: the observation of the most similar
   cpt-pool turn, by the action and the last turns of the history), a world model that has learnt nothing
   beyond recall; in the closed loop its own earlier answers are part of what it matches on.
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pipeline.evaluation.prompting import extract_observation, query_messages
-from pipeline.evaluation.scoring import Prediction
+from pipeline.evaluation.scoring import GENERATION_FAILED, Prediction
 from pipeline.sft.queries import Query
 from pipeline.store.schema import ScoredTurn, SystemPrompt
 
@@ -84,6 +90,36 @@ class ChatSimulator:
         for answer in answers:
             status, observation, thinking = extract_observation(answer.text, self.prompt_format)
             predictions.append(Prediction(status, observation, thinking, answer.error))
+        return predictions
+
+
+CONTEXT_EXCEEDED = "context_exceeded"  # the server refused the prompt: longer than the model's context
+
+
+class ServedSimulator(ChatSimulator):
+    """A chat model behind `simulacra serve`, its context refusals answers (module docstring). Its client is opened
+    with a `max_failed_fraction` of 1, so that only this class decides which failures count."""
+
+    def __init__(self, name: str, client: "ChatClient", prompt_format: str, max_failed_fraction: float):
+        super().__init__(name, client, prompt_format)
+        self.max_failed_fraction = max_failed_fraction
+
+    def observations(self, requests: Sequence[SimulatorRequest]) -> list[Prediction]:
+        from pipeline.llm.client import EndpointFailed
+
+        predictions = [
+            Prediction(CONTEXT_EXCEEDED, None, None, p.error)
+            if p.status == GENERATION_FAILED and "context length" in (p.error or "").lower()
+            else p
+            for p in super().observations(requests)
+        ]
+        failed = [p.error for p in predictions if p.status == GENERATION_FAILED]
+        if len(failed) > self.max_failed_fraction * len(predictions):
+            raise EndpointFailed(
+                f"{self.name}: {len(failed)} of {len(predictions)} requests to {self.client.describe()} failed (more "
+                f"than max_failed_fraction {self.max_failed_fraction:.0%}), e.g. {' '.join((failed[0] or '').split())[:300]}: "
+                "fix the server and rerun; failed requests are asked again"
+            )
         return predictions
 
 

@@ -13,7 +13,7 @@ inputs and the code version; the triple hashes to the fingerprint. Here:
   module imports, directly or not (stages/cpt.py alone would miss a change to
   pipeline/training/sequences.py).
 
-A later stage (sft, rl, evaluate, export) adds one entry to `STAGE_INPUTS`.
+A later stage (sft, rl, evaluate, fidelity, export) adds one entry to `STAGE_INPUTS`.
 """
 
 import ast
@@ -163,6 +163,8 @@ def _export_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
             "stage, fingerprint",
         ),
         "evaluations": store.table_fingerprint("(SELECT * FROM evaluations WHERE completed) AS e", "evaluation_id"),
+        # The card quotes the exported model's fidelity numbers (`simulacra fidelity` from the CLI too).
+        "fidelity": store.table_fingerprint("fidelity_reports", "report_id, checkpoint_id"),
     }
 
 
@@ -200,6 +202,30 @@ def _evaluate_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     }
 
 
+def _fidelity_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
+    from pipeline.store.snapshot import pools_fingerprint
+
+    evaluate = config.evaluate
+    # Fidelity measures the models evaluation measures (`evaluate.checkpoints`), its rollouts asked and judged as
+    # evaluation asks and judges: these of its settings, not its query budget.
+    asked = [
+        evaluate.checkpoints,
+        evaluate.predictor.model_dump(mode="json"),
+        evaluate.max_history_chars,
+        evaluate.judge.model_dump(mode="json"),
+        evaluate.judge_prompt,
+        evaluate.semantic_match_threshold,
+        evaluate.baseline_history_turns,
+    ]
+    return {
+        # What evaluate reads (the eval pool, the checkpoints, the base model, the judge's files), the cpt pool
+        # the baseline copies from, not the training pools that decide evaluation's seen targets.
+        **_evaluate_inputs(config, store),
+        "pools": pools_fingerprint(store, ("cpt", "eval")),
+        "asked_as_evaluate": hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:16],
+    }
+
+
 # Turn ids are content hashes: the key columns identify the text as well.
 KEPT_TURNS = ("kept_turns", "trajectory_id, turn_index")
 
@@ -213,6 +239,7 @@ STAGE_INPUTS: dict[str, StageInputs] = {
     "sft": StageInputs(("sft", "model", "answers", "validation"), _sft_inputs),
     "rl": StageInputs(("rl", "model", "answers", "validation"), _rl_inputs),
     "evaluate": StageInputs(("evaluate", "model"), _evaluate_inputs),
+    "fidelity": StageInputs(("fidelity", "model"), _fidelity_inputs),
     # The card shows the settings of every stage of the lineage.
     "export": StageInputs(
         (

@@ -1,7 +1,8 @@
 """The model card (README.md) of an exported world model: what it was trained on and how.
 
 Issue 12: sources, trajectory and turn counts per domain and pool, each stage's fingerprint and
-settings, and the evaluation table. Issue 19: the Hub's conventions, YAML front matter with
+settings, and the evaluation table (issue 31: and the exported checkpoint's fidelity numbers, where
+`simulacra fidelity` measured it). Issue 19: the Hub's conventions, YAML front matter with
 `license` (the base model's), `base_model`, `pipeline_tag`, `tags`, `datasets` (the sources by name)
 and `model-index` (the evaluation results), a complete example request, and no absolute path of the
 exporting machine (a setting that holds one shows it relative to the workspace, or by its last
@@ -41,6 +42,7 @@ class CardFacts:
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, fingerprint, finished, summary, settings
     evaluation: list[dict[str, Any]] = field(default_factory=list)  # pipeline/evaluation/report.py's rows
     chosen_by: str = ""  # why this checkpoint was shipped (pipeline/serving/export_choice.py), in words
+    fidelity: dict[str, Any] | None = None  # the checkpoint's newest `simulacra fidelity` numbers (`collect_fidelity`)
 
 
 def collect_pools(store) -> list[dict[str, Any]]:
@@ -77,6 +79,20 @@ def collect_stages(config, store) -> list[dict[str, Any]]:
         settings = portable(settings, str(config.workspace.root))
         stages.append({"stage": stage, **rows[0], "settings": settings})
     return stages
+
+
+def collect_fidelity(store, checkpoint_id: str) -> dict[str, Any] | None:
+    """The checkpoint's numbers from its newest fidelity report (stages/fidelity.py `Headline`, with the model,
+    the judge and the date); None where no fidelity run measured it."""
+    rows = store.rows(
+        "SELECT model, judge, headline, created_at FROM fidelity_reports WHERE checkpoint_id = ? "
+        "ORDER BY created_at DESC, report_id LIMIT 1",
+        [checkpoint_id],
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    return {**json.loads(row["headline"]), "model": row["model"], "judge": row["judge"], "measured": row["created_at"]}
 
 
 def _is_absolute_path(text: str) -> bool:
@@ -217,6 +233,47 @@ def _answer_formats(facts: CardFacts) -> str:
     return "\n".join(lines)
 
 
+def _steps(median: int | None, followed: int) -> str:
+    return (
+        f"more than {followed} (fewer than half diverged within the {followed} steps followed)"
+        if median is None
+        else str(median)
+    )
+
+
+def _fidelity(numbers: dict[str, Any]) -> str:
+    """The checkpoint's closed-loop fidelity and policy agreement, in words (issue 31)."""
+    lines = [
+        "## Fidelity\n",
+        f"Measured by `simulacra fidelity` on {str(numbers['measured'])[:10]} (judge `{numbers['judge']}`, "
+        f"{numbers['trajectories']} held-out trajectories, scores 0-100):",
+        f"- Steps to the first divergence (the first step scoring below {numbers['threshold']:g}), Kaplan-Meier "
+        f"median: {_steps(numbers['median_closed'], numbers['followed_closed'])} in closed loop, the model's own "
+        f"answers as its history, as an agent in the simulator meets it; "
+        f"{_steps(numbers['median_open'], numbers['followed_open'])} in open loop, the real history.",
+    ]
+    gap = numbers["gap"]
+    if numbers["step"] is not None and numbers["closed"] is not None and numbers["open"] is not None:
+        interval = "" if gap["low"] is None else f" [{gap['low']:+.1f}, {gap['high']:+.1f}]"
+        lines.append(
+            f"- At step {numbers['step']} (the last step half the trajectories reach): closed loop "
+            f"{numbers['closed']:.1f}, open loop {numbers['open']:.1f}; closed - open {gap['mean']:+.1f}{interval} "
+            f"(paired on the trajectories, 95% interval): what compounding errors cost there."
+        )
+    if numbers["environments"]:
+        tau = (
+            f"{numbers['kendall_tau']:+.2f}"
+            if numbers["kendall_tau"] is not None
+            else f"undefined ({numbers['tau_why']})"
+        )
+        lines.append(
+            f"- Policy agreement: Kendall's tau-b {tau} between the success rates of {numbers['policies']} scripted "
+            f"policies (a solver, the solver with random slips, a random policy) in this simulator and in the real "
+            f"environments ({', '.join(numbers['environments'])}): 1 ranks them as reality does."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def render_card(facts: CardFacts) -> str:
     base = (
         f"base model `{facts.base_model}`"
@@ -269,4 +326,6 @@ def render_card(facts: CardFacts) -> str:
         parts.append("\n```yaml\n" + yaml.safe_dump(stage["settings"], sort_keys=True).rstrip() + "\n```\n")
     parts.append("## Evaluation\n")
     parts.append(markdown_table(facts.evaluation) + "\n")
+    if facts.fidelity is not None:
+        parts.append(_fidelity(facts.fidelity))
     return "\n".join(parts)

@@ -383,4 +383,62 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE eval_results ADD COLUMN domains INTEGER",
         ],
     ),
+    (
+        11,
+        "fidelity: scored rollout steps, episodes, the numbers a model card quotes",
+        [
+            # Issue 31: every scored step of a closed- or open-loop rollout, committed a step at a time as it is
+            # scored, so a killed `simulacra fidelity` scores no step twice. `inputs` fingerprints what the
+            # steps depend on besides the simulator (the held-out trajectories, how they are asked, the judge,
+            # the code); `simulator` is the model's fingerprint (or the retrieval baseline's).
+            """CREATE TABLE fidelity_steps (
+                inputs VARCHAR NOT NULL,
+                simulator VARCHAR NOT NULL,
+                trajectory_id VARCHAR NOT NULL,
+                mode VARCHAR NOT NULL,
+                step INTEGER NOT NULL,
+                domain VARCHAR NOT NULL,
+                turn_index INTEGER NOT NULL,
+                history_left_out INTEGER NOT NULL,
+                prediction VARCHAR,
+                parse_status VARCHAR NOT NULL,
+                score DOUBLE,
+                similarity DOUBLE,
+                exact_match BOOLEAN,
+                error VARCHAR,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (inputs, simulator, trajectory_id, mode, step)
+            )""",
+            # Every episode a policy played, in a real environment (`simulator` = 'real') or a simulator, each
+            # committed as it ends: how it ended (success, stopped, terminated, truncated; `failed` when the
+            # simulator's request failed, which the next run plays again) and its (action, observation) pairs.
+            """CREATE TABLE fidelity_episodes (
+                inputs VARCHAR NOT NULL,
+                simulator VARCHAR NOT NULL,
+                environment VARCHAR NOT NULL,
+                policy VARCHAR NOT NULL,
+                seed INTEGER NOT NULL,
+                success BOOLEAN NOT NULL,
+                steps INTEGER NOT NULL,
+                ending VARCHAR NOT NULL,
+                history JSON NOT NULL,
+                error VARCHAR,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (inputs, simulator, environment, policy, seed)
+            )""",
+            # One row per (fidelity report, model): the numbers the exported model card quotes (median steps to
+            # the first divergence, closed against open loop at one step, Kendall's tau), as JSON, and the report.
+            """CREATE TABLE fidelity_reports (
+                report_id VARCHAR NOT NULL,
+                checkpoint_id VARCHAR NOT NULL,
+                model VARCHAR NOT NULL,
+                stage VARCHAR NOT NULL,
+                judge VARCHAR NOT NULL,
+                headline JSON NOT NULL,
+                report_path VARCHAR NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (report_id, checkpoint_id)
+            )""",
+        ],
+    ),
 ]

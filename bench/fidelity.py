@@ -1,0 +1,208 @@
+"""Simulated episodes of a served world model (issue 31): episodes per second run one at a time against all
+together, in one run, on one server, with the same seeds and actions.
+
+    python bench/fidelity.py [--model-folder DIR|tiny] [--episodes 8] [--steps 4] [--max-tokens 64]
+                             [--temperature 1.0]
+
+`simulacra serve` runs `--model-folder` on 127.0.0.1 in its own process: by default the demo's exported model
+(`make demo` exports it to <workspace>/runs/export/<fingerprint>/model, the workspace of data/configs/demo.yaml);
+`tiny` exports the tiny offline model here instead. The episodes are the demo corpus's terminal sessions
+(data/demo/terminal.jsonl) with `--steps` turns or more, in file order: each session's system prompt and its first
+`--steps` real actions, episode i seeded i, no end but the last action. They run (a) one after the other through
+`WorldModelEnv`, each request alone in the server's batch, then (b) all together through `WorldModelVectorEnv`,
+each step's requests in flight at once and decoded in one batch. Prints each way's wall time and episodes per
+second, their ratio (the ideal is the number of episodes; what separates a run from it is the decoder's per-step
+cost growing with the batch), and for how many episodes both ways saw the same observation at every step. The
+seeds make sampling reproducible, but a batch pads its rows and so changes float rounding, which may move a sampled
+token (or a greedy one at a near tie: pipeline/llm/batching.py), and since an episode's history is its own
+answers, a moved token changes every later step of that episode.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.serving import export_tiny, free_port, start
+from pipeline.serving.episode import EpisodeSpec
+
+DEMO_CONFIG = REPO / "data/configs/demo.yaml"
+DEMO_SESSIONS = REPO / "data/demo/terminal.jsonl"
+DOMAIN = "terminal"  # the sessions' domain
+
+
+@dataclass(frozen=True)
+class Episode:
+    spec: EpisodeSpec
+    actions: list[str]
+
+
+@dataclass(frozen=True)
+class SpeedComparison:
+    episodes: int
+    steps: int
+    one_at_a_time_s: float
+    together_s: float
+    alone: list[list[str]]  # each episode's observations, run one at a time
+    together: list[list[str]]  # the same, stepped together
+
+    @property
+    def ratio(self) -> float:
+        return self.one_at_a_time_s / self.together_s
+
+    @property
+    def same_episodes(self) -> int:
+        return sum(a == b for a, b in zip(self.alone, self.together))
+
+    @property
+    def same_steps(self) -> int:
+        return sum(x == y for a, b in zip(self.alone, self.together) for x, y in zip(a, b))
+
+
+def demo_export() -> Path | None:
+    """The newest complete export of the demo's workspace (`simulacra.json` is written last), or None."""
+    from pipeline.config import load_config
+
+    config = load_config(DEMO_CONFIG)
+    if config.export.output_dir:
+        folders = [Path(config.export.output_dir).expanduser()]
+    else:
+        workspace = config.workspace.path.expanduser()
+        runs = (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / "export"
+        folders = sorted(runs.glob("*/model"), key=lambda folder: folder.stat().st_mtime)
+    complete = [folder for folder in folders if (folder / "simulacra.json").is_file()]
+    return complete[-1] if complete else None
+
+
+def model_folder(given: str | None, scratch: Path) -> Path:
+    if given == "tiny":
+        return export_tiny(scratch)
+    folder = Path(given) if given else demo_export()
+    if folder is None:
+        raise SystemExit(
+            "fidelity: the demo has no exported model yet: run `make demo`, or pass --model-folder DIR (an exported "
+            "folder) or --model-folder tiny"
+        )
+    if not (folder / "simulacra.json").is_file():
+        raise SystemExit(
+            f"fidelity: {folder} is not an exported world model (no simulacra.json): run `simulacra export`"
+        )
+    return folder
+
+
+def demo_episodes(count: int, steps: int) -> list[Episode]:
+    """The first `count` demo terminal sessions with `steps` turns or more: their system prompt, `steps` actions."""
+    episodes = []
+    for line in DEMO_SESSIONS.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if len(record["turns"]) < steps:
+            continue
+        system = record["system"]
+        spec = EpisodeSpec.from_mapping({**system, "task": system["task_description"]})
+        actions = [str(turn["action"]) for turn in record["turns"][:steps]]
+        episodes.append(Episode(spec, actions))
+        if len(episodes) == count:
+            return episodes
+    raise SystemExit(f"fidelity: {DEMO_SESSIONS} has {len(episodes)} sessions of {steps} turns or more, not {count}")
+
+
+def one_at_a_time(base_url: str, model: str, episodes: list[Episode], **options) -> tuple[list[list[str]], float]:
+    """Each episode through one `WorldModelEnv`, one after the other: (observations per episode, seconds)."""
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    env = WorldModelEnv(base_url, model, DOMAIN, episodes[0].spec, **options)
+    observed = []
+    began = time.perf_counter()
+    for seed, episode in enumerate(episodes):
+        env.episode = episode.spec
+        env.reset(seed=seed)
+        observed.append([env.step(action)[0] for action in episode.actions])
+    return observed, time.perf_counter() - began
+
+
+def all_together(base_url: str, model: str, episodes: list[Episode], **options) -> tuple[list[list[str]], float]:
+    """Every episode a sub-environment of one `WorldModelVectorEnv`, stepped together: (observations, seconds)."""
+    from pipeline.serving.vector_env import WorldModelVectorEnv
+
+    envs = WorldModelVectorEnv(base_url, model, DOMAIN, [episode.spec for episode in episodes], **options)
+    steps = len(episodes[0].actions)
+    observed: list[list[str]] = [[] for _ in episodes]
+    began = time.perf_counter()
+    envs.reset(seed=list(range(len(episodes))))
+    for t in range(steps):
+        observations, *_ = envs.step([episode.actions[t] for episode in episodes])
+        for i, observation in enumerate(observations):
+            observed[i].append(observation)
+    seconds = time.perf_counter() - began
+    envs.close()
+    return observed, seconds
+
+
+def compare_speed(base_url: str, model: str, episodes: list[Episode], **options) -> SpeedComparison:
+    """(a) one episode at a time, then (b) all stepped together, on the same seeds and actions, after a warm-up
+    request (first-request costs are not throughput)."""
+    one_at_a_time(base_url, model, [Episode(episodes[0].spec, episodes[0].actions[:1])], **options)
+    alone, alone_s = one_at_a_time(base_url, model, episodes, **options)
+    together, together_s = all_together(base_url, model, episodes, **options)
+    return SpeedComparison(len(episodes), len(episodes[0].actions), alone_s, together_s, alone, together)
+
+
+def print_speed(result: SpeedComparison, model: str, max_tokens: int, temperature: float) -> None:
+    total = result.episodes * result.steps
+    print(
+        f"{result.episodes} episodes of {result.steps} steps (demo terminal sessions, their real actions), "
+        f"max_tokens {max_tokens}, temperature {temperature}, model {model}"
+    )
+    print(
+        f"one episode at a time (WorldModelEnv):   {result.one_at_a_time_s:7.1f} s  "
+        f"{result.episodes / result.one_at_a_time_s:6.3f} episodes/s"
+    )
+    print(
+        f"all together (WorldModelVectorEnv):      {result.together_s:7.1f} s  "
+        f"{result.episodes / result.together_s:6.3f} episodes/s"
+    )
+    print(
+        f"ratio: {result.ratio:.2f}x faster; same observations in {result.same_episodes} of {result.episodes} "
+        f"episodes ({result.same_steps} of {total} steps); load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model-folder", help="an exported folder, or `tiny` (default: the demo's export, which `make demo` writes)"
+    )
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=4, help="actions per episode (demo sessions have 4 to 10)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="token budget of each simulated observation")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (WorldModelEnv's default)")
+    args = parser.parse_args()
+    episodes = demo_episodes(args.episodes, args.steps)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = model_folder(args.model_folder, Path(scratch))
+        port = free_port()
+        process, name = start("simulacra", folder, port)
+        try:
+            result = compare_speed(
+                f"http://127.0.0.1:{port}/v1", name, episodes, max_tokens=args.max_tokens, temperature=args.temperature
+            )
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    print_speed(
+        result,
+        "the tiny offline model" if args.model_folder == "tiny" else str(folder),
+        args.max_tokens,
+        args.temperature,
+    )
+
+
+if __name__ == "__main__":
+    main()

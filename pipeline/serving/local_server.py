@@ -1,0 +1,122 @@
+"""`simulacra serve` of an exported folder, started in a subprocess on 127.0.0.1 for as long as a block needs it:
+what measures a served world model from inside the pipeline (the fidelity stage's simulated episodes, issue 31)
+and the tests of what is built on the server use.
+
+    with served_folder(folder, log=run_dir / "serve.log") as server:
+        env = WorldModelEnv(server.base_url, server.model, "terminal", episode)
+
+The server listens on a free port of the loopback interface and is ready when `/v1/models` answers. Its output
+goes to `log` (a pipe nobody reads would fill and stall it), whose tail is in the error when it does not start.
+On leaving the block it is terminated, and killed if it does not stop. On Linux it is also told to stop when
+the process that started it dies (`PR_SET_PDEATHSIG`), so a stage killed with SIGKILL leaves no server behind
+holding a port and a model's memory.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.serving.export_folder import METADATA_FILE
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Importing torch and transformers and loading a model: about 15 s on 2 idle cores, minutes on a loaded one.
+STARTUP_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0
+
+
+class ServerDidNotStart(RuntimeError):
+    """`simulacra serve` exited, or did not answer within the timeout."""
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    base_url: str  # http://127.0.0.1:PORT/v1
+    model: str  # the served name: the export's `model_name`
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _ready(base_url: str) -> bool:
+    import httpx
+
+    try:
+        httpx.get(f"{base_url}/models", timeout=2).raise_for_status()
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextmanager
+def served_folder(
+    folder: Path,
+    *,
+    log: Path,
+    max_tokens: int = 1024,
+    max_batch: int | None = None,
+    device: str | None = None,
+    extra_options: tuple[str, ...] = (),
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+) -> Iterator[ServedModel]:
+    """`simulacra serve folder` until the block ends. `max_tokens`, `max_batch` and `device` are the command's
+    options (its defaults where None); `extra_options` go to it as they are."""
+    model = json.loads((Path(folder) / METADATA_FILE).read_text())["model_name"]
+    port = free_port()
+    command = [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port)]
+    command += ["--max-tokens", str(max_tokens), *extra_options]
+    command += ["--max-batch", str(max_batch)] if max_batch is not None else []
+    command += ["--device", device] if device is not None else []
+    paths = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as output:
+        process = subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "PYTHONPATH": paths},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not _ready(base_url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                how = f"exited with status {process.returncode}" if process.poll() is not None else "did not answer"
+                raise ServerDidNotStart(f"simulacra serve {folder} {how} (log {log}):\n{_tail(log)}")
+            time.sleep(0.5)
+        yield ServedModel(base_url, model)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
