@@ -102,3 +102,16 @@ def test_progress_bar_prints_lines_to_a_non_terminal(capsys, monkeypatch):
     assert lines[-1].startswith("sft queries sampled and judged [demo]: 40/40 (100%), ")
     assert all("eta" in line for line in lines[1:-1])
     assert seen[-1] == ("sft queries sampled and judged [demo]", 40, 40)  # the Prefect artifact's observer still told
+
+
+def test_each_line_reaches_the_log_when_it_is_printed(capsys, monkeypatch):
+    """Not when the bar ends: a stage of minutes under nohup or a Prefect worker shows where it is while it runs."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(progress, "MIN_SECONDS_BETWEEN_LINES", 0.0)
+    with progress_bar("rl training steps", total=4) as advance:
+        assert capsys.readouterr().err == "rl training steps: started, 4 to do\n"
+        advance(1)
+        assert capsys.readouterr().err.startswith("rl training steps: 1/4 (25%), ")
+        advance(3)
+    assert capsys.readouterr().err.startswith("rl training steps: 4/4 (100%), ")
