@@ -1,8 +1,8 @@
 """Simulated episodes of a served world model (issue 31): episodes per second run one at a time against all
-together, in one run, on one server, with the same seeds and actions.
+together, in one run, on one server, with the same seeds and actions; then the demo's fidelity tables.
 
-    python bench/fidelity.py [--model-folder DIR|tiny] [--episodes 8] [--steps 4] [--max-tokens 64]
-                             [--temperature 1.0]
+    python bench/fidelity.py [--model-folder DIR|tiny] [--episodes 4] [--steps 3] [--max-tokens 64]
+                             [--temperature 1.0] [--no-fidelity] [--set fidelity.FIELD=VALUE ...]
 
 `simulacra serve` runs `--model-folder` on 127.0.0.1 in its own process: by default the demo's exported model
 (`make demo` exports it to <workspace>/runs/export/<fingerprint>/model, the workspace of data/configs/demo.yaml);
@@ -16,11 +16,20 @@ cost growing with the batch), and for how many episodes both ways saw the same o
 seeds make sampling reproducible, but a batch pads its rows and so changes float rounding, which may move a sampled
 token (or a greedy one at a near tie: pipeline/llm/batching.py), and since an episode's history is its own
 answers, a moved token changes every later step of that episode.
+
+Then, on the demo's export (not with `--model-folder`), the fidelity itself: `simulacra fidelity --checkpoint
+<the export>` on the demo's workspace, as a user runs it (closed-loop rollouts of eval-pool trajectories, and the
+policy ladder in the three real environments and in the served export), at the budgets below, sized so the whole
+bench fits 30 minutes on 2 cores, and prints its tables (`fidelity.txt`, `agreement.txt`). `--all-models`
+measures what the stage measures by default instead (the base model, the checkpoint export ships and the retrieval
+baseline): about twice the time. A rerun reuses every stored step and episode (the stage is resumable), so a
+second run is the tables alone. `--no-fidelity` skips it.
 """
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +45,23 @@ from pipeline.serving.episode import EpisodeSpec
 DEMO_CONFIG = REPO / "data/configs/demo.yaml"
 DEMO_SESSIONS = REPO / "data/demo/terminal.jsonl"
 DOMAIN = "terminal"  # the sessions' domain
+
+# The fidelity part's budgets (`fidelity.*`, on data/configs/demo.yaml's workspace), sized so the bench fits 30
+# minutes on 2 cores. The time goes to the simulated episodes: 5 policies x `episodes_per_policy` tasks x 3
+# environments, up to 15 steps in the terminal and 20 in the household (the noisy and random rungs run to the
+# limit), and every step a fresh request whose whole history the server prefills again (about 260 prompt tokens/s
+# on 2 cores): 32 episodes together at 600 tokens a prompt is over a minute a step. 2 tasks a policy hold every
+# terminal and household episode in one wave of the server's batch (32); the bookstore's prompts (1,200 tokens of
+# tool schemas) pass the demo model's 1,024-token context and end at once. 64 tokens hold the terminal's and the
+# household's observations (the demo's p95 over all domains is 81: tool JSON). Measured: at 3 tasks a policy the
+# base model's episodes alone ran past 20 minutes (docs/performance.md).
+FIDELITY_BUDGETS = {
+    "fidelity.max_trajectories": 12,
+    "fidelity.max_steps": 5,
+    "fidelity.episodes_per_policy": 2,
+    "fidelity.episodes_together": 32,
+    "fidelity.max_tokens": 64,
+}
 
 
 @dataclass(frozen=True)
@@ -179,10 +205,23 @@ def main() -> None:
     parser.add_argument(
         "--model-folder", help="an exported folder, or `tiny` (default: the demo's export, which `make demo` writes)"
     )
-    parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=4, help="actions per episode (demo sessions have 4 to 10)")
+    parser.add_argument("--episodes", type=int, default=4, help="episodes of the speed part (each run both ways)")
+    parser.add_argument("--steps", type=int, default=3, help="actions per episode (demo sessions have 4 to 10)")
     parser.add_argument("--max-tokens", type=int, default=64, help="token budget of each simulated observation")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (WorldModelEnv's default)")
+    parser.add_argument("--no-fidelity", action="store_true", help="episodes per second only, no `simulacra fidelity`")
+    parser.add_argument(
+        "--all-models",
+        action="store_true",
+        help="fidelity of the base model, the shipped checkpoint and the retrieval baseline, not the export alone",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="fidelity.FIELD=VALUE",
+        help="a budget of the fidelity part other than FIDELITY_BUDGETS' (repeatable)",
+    )
     args = parser.parse_args()
     episodes = demo_episodes(args.episodes, args.steps)
     with tempfile.TemporaryDirectory() as scratch:
@@ -202,6 +241,44 @@ def main() -> None:
         args.max_tokens,
         args.temperature,
     )
+    if args.model_folder is None and not args.no_fidelity:
+        budgets = dict(FIDELITY_BUDGETS, **dict(_setting(text) for text in args.set))
+        measure_fidelity(budgets, None if args.all_models else folder)
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key.startswith("fidelity."):
+        raise SystemExit(f"fidelity: --set {text!r}: expected fidelity.FIELD=VALUE")
+    return key, value
+
+
+def measure_fidelity(budgets: dict, export: Path | None) -> None:
+    """`simulacra fidelity` on the demo's workspace at `budgets` (of `export` alone, or of the stage's own models
+    when None), then its tables."""
+    from pipeline.config import load_config
+
+    command = [sys.executable, "-m", "pipeline.cli", "--config", str(DEMO_CONFIG)]
+    for key, value in budgets.items():
+        command += ["--set", f"{key}={value}"]
+    command.append("fidelity")
+    if export is not None:
+        command += ["--checkpoint", str(export)]
+    print("\n" + " ".join(command[2:]), flush=True)
+    began = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True)
+    seconds = time.perf_counter() - began
+    config = load_config(DEMO_CONFIG)
+    workspace = config.workspace.path.expanduser()
+    runs = (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / "fidelity"
+    reports = sorted(runs.glob("*/report.json"), key=lambda path: path.stat().st_mtime)
+    if not reports:
+        raise SystemExit(f"fidelity: no report.json under {runs} after the run")
+    folder = reports[-1].parent
+    for table in ("fidelity.txt", "agreement.txt"):
+        if (folder / table).is_file():
+            print(f"\n{folder / table}\n" + (folder / table).read_text())
+    print(f"fidelity: {seconds:.0f} s; load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 
+from pipeline.config.fidelity import FidelityConfig
 from pipeline.serving.environment import ContextExhausted
 from pipeline.serving.episode import EpisodeSpec
 from pipeline.serving.gym_env import TextOf, WorldModelEnv
@@ -306,3 +307,16 @@ def test_the_benchmark_compares_both_ways_on_the_same_episodes(server):
     result = fidelity.compare_speed(server, MODEL_NAME, episodes, max_tokens=8)
     assert (result.episodes, result.steps, len(result.together[0])) == (3, 2, 2)
     assert result.together == result.alone and result.same_steps == 6
+
+
+def test_the_benchmark_takes_fidelity_budgets_and_nothing_else():
+    """bench/fidelity.py's `--set`: a `fidelity.` field overrides its budget; anything else is refused by name,
+    before a model is served."""
+    spec = importlib.util.spec_from_file_location("fidelity_bench", REPO / "bench" / "fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    assert fidelity._setting("fidelity.episodes_per_policy=5") == ("fidelity.episodes_per_policy", "5")
+    assert set(fidelity.FIDELITY_BUDGETS) <= set(f"fidelity.{name}" for name in FidelityConfig.model_fields)
+    for wrong in ("evaluate.max_queries=3", "fidelity.episodes_per_policy"):
+        with pytest.raises(SystemExit, match="expected fidelity.FIELD=VALUE"):
+            fidelity._setting(wrong)
