@@ -19,10 +19,10 @@ answers, a moved token changes every later step of that episode.
 
 Then, on the demo's export (not with `--model-folder`), the fidelity itself: `simulacra fidelity --checkpoint
 <the export>` on the demo's workspace, as a user runs it (closed-loop rollouts of eval-pool trajectories, and the
-policy ladder in the three real environments and in the served export), at the budgets below, sized so the whole
-bench fits 30 minutes on 2 cores, and prints its tables (`fidelity.txt`, `agreement.txt`). `--all-models`
-measures what the stage measures by default instead (the base model, the checkpoint export ships and the retrieval
-baseline): about twice the time. A rerun reuses every stored step and episode (the stage is resumable), so a
+policy ladder in the three real environments, in the served export and in the retrieval baseline, which the stage
+always adds), at the budgets below, sized so the whole bench fits 30 minutes on 2 cores, and prints its tables
+(`fidelity.txt`, `agreement.txt`). `--all-models` measures what the stage measures by default instead, the base
+model and the checkpoint export ships beside the baseline: about twice the time. A rerun reuses every stored step and episode (the stage is resumable), so a
 second run is the tables alone. `--no-fidelity` skips it.
 """
 
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument(
         "--all-models",
         action="store_true",
-        help="fidelity of the base model, the shipped checkpoint and the retrieval baseline, not the export alone",
+        help="fidelity of the base model and the shipped checkpoint (and the retrieval baseline), not of the export",
     )
     parser.add_argument(
         "--set",
