@@ -22,8 +22,8 @@ Then, on the demo's export (not with `--model-folder`), the fidelity itself: `si
 policy ladder in the three real environments, in the served export and in the retrieval baseline, which the stage
 always adds), at the budgets below, sized so the whole bench fits 30 minutes on 2 cores, and prints its tables
 (`fidelity.txt`, `agreement.txt`). `--all-models` measures what the stage measures by default instead, the base
-model and the checkpoint export ships beside the baseline: about twice the time. A rerun reuses every stored step and episode (the stage is resumable), so a
-second run is the tables alone. `--no-fidelity` skips it.
+model and the checkpoint export ships beside the baseline: about twice the time. A rerun reuses every stored step
+and episode (the stage is resumable), so a second run is the tables alone. `--no-fidelity` skips it.
 """
 
 import argparse
@@ -223,6 +223,8 @@ def main() -> None:
         help="a budget of the fidelity part other than FIDELITY_BUDGETS' (repeatable)",
     )
     args = parser.parse_args()
+    budgets = dict(FIDELITY_BUDGETS, **dict(_setting(text) for text in args.set))
+    _check(budgets)  # a wrong budget is refused before any model is served
     episodes = demo_episodes(args.episodes, args.steps)
     with tempfile.TemporaryDirectory() as scratch:
         folder = model_folder(args.model_folder, Path(scratch))
@@ -242,7 +244,6 @@ def main() -> None:
         args.temperature,
     )
     if args.model_folder is None and not args.no_fidelity:
-        budgets = dict(FIDELITY_BUDGETS, **dict(_setting(text) for text in args.set))
         measure_fidelity(budgets, None if args.all_models else folder)
 
 
@@ -251,6 +252,16 @@ def _setting(text: str) -> tuple[str, str]:
     if not separator or not key.startswith("fidelity."):
         raise SystemExit(f"fidelity: --set {text!r}: expected fidelity.FIELD=VALUE")
     return key, value
+
+
+def _check(budgets: dict) -> None:
+    """The demo's configuration with `budgets` validates, or the bench stops with the configuration's one line."""
+    from pipeline.config import ConfigError, load_config, parse_override
+
+    try:
+        load_config(DEMO_CONFIG, [parse_override(f"{key}={value}") for key, value in budgets.items()])
+    except ConfigError as error:
+        raise SystemExit(f"fidelity: {error}") from None
 
 
 def measure_fidelity(budgets: dict, export: Path | None) -> None:
@@ -266,8 +277,10 @@ def measure_fidelity(budgets: dict, export: Path | None) -> None:
         command += ["--checkpoint", str(export)]
     print("\n" + " ".join(command[2:]), flush=True)
     began = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True)
+    finished = subprocess.run(command, cwd=REPO)
     seconds = time.perf_counter() - began
+    if finished.returncode != 0:  # the command said why (a budget's value, a missing input) on its own output
+        raise SystemExit(f"fidelity: `simulacra fidelity` exited with status {finished.returncode}")
     config = load_config(DEMO_CONFIG)
     workspace = config.workspace.path.expanduser()
     runs = (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / "fidelity"

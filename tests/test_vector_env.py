@@ -320,3 +320,6 @@ def test_the_benchmark_takes_fidelity_budgets_and_nothing_else():
     for wrong in ("evaluate.max_queries=3", "fidelity.episodes_per_policy"):
         with pytest.raises(SystemExit, match="expected fidelity.FIELD=VALUE"):
             fidelity._setting(wrong)
+    fidelity._check(fidelity.FIDELITY_BUDGETS)
+    with pytest.raises(SystemExit, match="episodes_per_policy"):
+        fidelity._check({"fidelity.episodes_per_policy": "0"})
