@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
-from pipeline.sft.queries import Query, choose_targets, kept_history
+from pipeline.sft.queries import Query, choose_targets, query_at
 from pipeline.store.schema import THOUGHT, RecordError, ScoredTurn, Trajectory
 
 FAILURES_SHOWN = 5
@@ -127,19 +127,13 @@ def _items(
         system_prompt = trajectory.metadata.get("system_prompt")
         marker = trajectory.metadata.get("response_marker")
         for position in positions:
-            earlier = turns[:position]
-            history, left_out = (
-                (tuple(earlier), 0) if max_history_chars is None else kept_history(earlier, max_history_chars)
-            )
-            query = Query(
+            query = query_at(
                 trajectory_id,
-                position,
                 trajectory.domain,
                 trajectory.system,
-                history,
-                turns[position].action,
-                turns[position].observation,
-                left_out,
+                turns[:position],
+                turns[position],
+                max_history_chars,
             )
             if query.query_id in seen:
                 read.duplicates += 1
