@@ -92,6 +92,14 @@ class SpeedComparison:
         return sum(x == y for a, b in zip(self.alone, self.together) for x, y in zip(a, b))
 
 
+def demo_runs(stage: str) -> Path:
+    """`<workspace>/runs/<stage>` of the demo's configuration, its relative workspace taken from the repository."""
+    from pipeline.config import load_config
+
+    workspace = load_config(DEMO_CONFIG).workspace.path.expanduser()
+    return (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / stage
+
+
 def demo_export() -> Path | None:
     """The newest complete export of the demo's workspace (`simulacra.json` is written last), or None."""
     from pipeline.config import load_config
@@ -100,9 +108,7 @@ def demo_export() -> Path | None:
     if config.export.output_dir:
         folders = [Path(config.export.output_dir).expanduser()]
     else:
-        workspace = config.workspace.path.expanduser()
-        runs = (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / "export"
-        folders = sorted(runs.glob("*/model"), key=lambda folder: folder.stat().st_mtime)
+        folders = sorted(demo_runs("export").glob("*/model"), key=lambda folder: folder.stat().st_mtime)
     complete = [folder for folder in folders if (folder / "simulacra.json").is_file()]
     return complete[-1] if complete else None
 
@@ -267,8 +273,6 @@ def _check(budgets: dict) -> None:
 def measure_fidelity(budgets: dict, export: Path | None) -> None:
     """`simulacra fidelity` on the demo's workspace at `budgets` (of `export` alone, or of the stage's own models
     when None), then its tables."""
-    from pipeline.config import load_config
-
     command = [sys.executable, "-m", "pipeline.cli", "--config", str(DEMO_CONFIG)]
     for key, value in budgets.items():
         command += ["--set", f"{key}={value}"]
@@ -281,9 +285,7 @@ def measure_fidelity(budgets: dict, export: Path | None) -> None:
     seconds = time.perf_counter() - began
     if finished.returncode != 0:  # the command said why (a budget's value, a missing input) on its own output
         raise SystemExit(f"fidelity: `simulacra fidelity` exited with status {finished.returncode}")
-    config = load_config(DEMO_CONFIG)
-    workspace = config.workspace.path.expanduser()
-    runs = (workspace if workspace.is_absolute() else REPO / workspace) / "runs" / "fidelity"
+    runs = demo_runs("fidelity")
     reports = sorted(runs.glob("*/report.json"), key=lambda path: path.stat().st_mtime)
     if not reports:
         raise SystemExit(f"fidelity: no report.json under {runs} after the run")
