@@ -721,10 +721,14 @@ def run(
     report.write_text(json.dumps(_report(results, headlines, held_out, scorer), indent=2, default=str) + "\n")
     _register(store, report_id, results, headlines, scorer.name, report)
 
-    environments = ", ".join(config.fidelity.environments) or "none"
+    episodes = (
+        f"episodes of {len(policies)} policies x {config.fidelity.episodes_per_policy} tasks in "
+        + ", ".join(config.fidelity.environments)
+        if config.fidelity.environments
+        else "no policy episodes (fidelity.environments is empty)"
+    )
     summary = (
-        f"{len(results)} simulators on {held_out.name}, judge {scorer.name}, episodes of {len(policies)} policies x "
-        f"{config.fidelity.episodes_per_policy} tasks in {environments}: "
+        f"{len(results)} simulators on {held_out.name}, judge {scorer.name}, {episodes}: "
         + "; ".join(f"{r.model.model}: {headlines[r.model.checkpoint_id].words()}" for r in results)
         + f" ({played_real} real and {played} simulated episodes played this run)"
     )
