@@ -176,3 +176,24 @@ def test_a_skip_points_at_the_completed_run_and_returns_its_result(store):
     assert [run.status for run in stage_runs.history(store, "filter")] == ["completed", "skipped"]
     result = completed.result()
     assert (result.stage, result.metrics, result.summary) == ("filter", {"kept": 5}, "kept 5")
+
+
+def test_a_relation_fingerprint_sees_the_same_change_in_two_rows(tmp_path: Path) -> None:
+    """DuckDB folds the last of several columns into `hash(a, b, c)` by XOR, so a plain XOR of row hashes
+    missed a change of that column made alike in an even number of rows: two repeated turns' keep ratio
+    1 -> 0 left cpt's pool fingerprint, and its snapshot of the old masks, as they were."""
+    with Store(tmp_path / "store.duckdb") as store:
+        store.connection.execute("CREATE TABLE t (trajectory_id VARCHAR, turn_index INTEGER, keep_ratio DOUBLE)")
+        store.connection.execute("INSERT INTO t VALUES ('a', 0, 1.0), ('a', 1, 1.0), ('b', 0, 1.0), ('b', 1, 0.5)")
+        seen = {store.table_fingerprint("t", "trajectory_id, turn_index, keep_ratio")}
+        for change in (
+            "UPDATE t SET keep_ratio = 0.0 WHERE turn_index = 0",  # two rows, the same change
+            "UPDATE t SET keep_ratio = 0.0",  # four rows
+            "UPDATE t SET trajectory_id = 'c' WHERE trajectory_id = 'b'",  # a first column, two rows
+        ):
+            store.connection.execute(change)
+            seen.add(store.table_fingerprint("t", "trajectory_id, turn_index, keep_ratio"))
+        assert len(seen) == 4
+        assert store.table_fingerprint("t", "trajectory_id, turn_index, keep_ratio") == store.table_fingerprint(
+            "(SELECT * FROM t ORDER BY turn_index DESC) AS u", "trajectory_id, turn_index, keep_ratio"
+        )

@@ -149,9 +149,13 @@ class Store:
         return None if row is None else row[0]
 
     def table_fingerprint(self, relation: str, key_columns: str) -> str:
-        """Order-independent digest of a relation's keys: changes when rows are added or removed."""
+        """Order-independent digest of a relation's keys: changes when rows are added or removed, or a
+        key column changes. Each row's hash is hashed again before the XOR: DuckDB folds the last of
+        several columns into `hash(a, b, c)` by XOR, so the same change of that column in an even number
+        of rows (two turns' keep ratio 1 -> 0, two trajectories moved between the same pools) cancelled
+        out of a plain `bit_xor(hash(...))`, and a stage went on with data it should have recomputed."""
         count, digest = self.connection.execute(  # type: ignore[misc]  # an aggregate: one row
-            f"SELECT count(*), coalesce(bit_xor(hash({key_columns})), 0) FROM {relation}"
+            f"SELECT count(*), coalesce(bit_xor(hash(hash({key_columns}))), 0) FROM {relation}"
         ).fetchone()
         return f"{count}:{digest:x}"
 
