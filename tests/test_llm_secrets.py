@@ -72,6 +72,12 @@ def test_a_base_url_is_shown_without_credentials(url, shown):
     assert public_url(url) == shown
 
 
+def canary_key(prefix: str) -> str:
+    """A fresh key whose last four characters are not hexadecimal: the tests look for them in the
+    store's bytes, where a tail of four hex digits also occurs by chance (in its ids and digests)."""
+    return f"{prefix}{uuid.uuid4().hex}QzkW"
+
+
 def masked(key: str) -> str:
     """OpenAI's masked form of a key, as its 401 quotes it."""
     return f"{key[:8]}****...{key[-4:]}"
@@ -93,7 +99,7 @@ def test_a_disguised_key_in_an_error_is_redacted_everywhere_it_is_written(
     tmp_path, monkeypatch, caplog, capfd, fault, form
 ):
     """The 401 quotes the key in a form other than verbatim."""
-    key = f"sk-canary-{uuid.uuid4().hex}"
+    key = canary_key("sk-canary-")
     monkeypatch.setenv("SIMULACRA_TEST_KEY", key)
     caplog.set_level(logging.DEBUG)
     with OpenAIServer() as server, Store(tmp_path / "ws" / "store.duckdb") as store:
@@ -168,7 +174,7 @@ def test_an_answer_that_echoes_the_key_is_stored_redacted_never_judged_nor_kept(
     from pipeline.sft.sampling import RejectionSampler
     from pipeline.store.schema import SystemPrompt
 
-    key = f"sk-echoed-{uuid.uuid4().hex}"
+    key = canary_key("sk-echoed-")
     monkeypatch.setenv("SIMULACRA_TEST_KEY", key)
 
     def answer(request: dict) -> str:
