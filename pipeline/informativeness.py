@@ -25,6 +25,11 @@ Thoughts. A turn whose adapter marked it as the agent thinking aloud (metadata k
 schema.THOUGHT: ReAct's `think:`, answered "OK." by the harness) gets the category `thought`,
 whatever its metrics, and that category's keep ratio (0 by default): the metrics are still stored.
 
+Repeats. A turn whose observation equals the previous kept turn's of its trajectory, character for
+character (the empty output of a second silent command included), gets the category `repeat` and its
+keep ratio, after `thought` and before any signature: the metrics are still stored. The previous
+observation is the caller's to give (`previous_observation`; the score stage reads it with the turn).
+
 Edge cases. A metric whose denominator is empty is undefined and stored as NULL (None):
 overlap when the action has no words, novelty when the observation has none, Jaccard when neither
 has any, the length ratio when the action has no characters. A threshold test on an undefined
@@ -37,12 +42,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.config.score import ScoreConfig
+from pipeline.config.score import REPEAT, ScoreConfig
 from pipeline.store.schema import THOUGHT
 
 # Bump when the tokenisation, a metric, a signature or a category changes: every stored score is
-# recomputed. 2: the `thought` category.
-SCORER_VERSION = "2"
+# recomputed. 2: the `thought` category; 3: the `repeat` category.
+SCORER_VERSION = "3"
 # The columns of a scored turn, in `turn_scores` order (before the version and config tags).
 SCORE_COLUMNS = [
     "trajectory_id",
@@ -151,10 +156,19 @@ class TurnScore:
     keep_ratio: float
 
 
-def score_turn(action: str, observation: str, c: ScoreConfig, kind: str | None = None) -> TurnScore:
-    """`kind` is the turn's metadata kind: a thought is `thought` whatever its metrics."""
+def score_turn(
+    action: str, observation: str, c: ScoreConfig, kind: str | None = None, previous_observation: str | None = None
+) -> TurnScore:
+    """`kind` is the turn's metadata kind: a thought is `thought` whatever its metrics.
+    `previous_observation` is the one before it in its trajectory (None for the first turn): an equal
+    observation is `repeat`."""
     metrics = turn_metrics(action, observation)
-    category = THOUGHT if kind == THOUGHT else categorize(metrics, c)
+    if kind == THOUGHT:
+        category = THOUGHT
+    elif observation == previous_observation:
+        category = REPEAT
+    else:
+        category = categorize(metrics, c)
     return TurnScore(metrics, category, c.keep_ratios.of(category))
 
 
@@ -209,6 +223,7 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
         "trajectory_id",
         "turn_index",
         thought=(pl.col("kind") == THOUGHT).fill_null(False),
+        repeat=(pl.col("observation") == pl.col("previous_observation")).fill_null(False),
         action=word_lists(pl.col("action")),
         observation=word_lists(pl.col("observation")),
         action_chars=pl.col("action").str.len_chars(),
@@ -218,6 +233,7 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
         "trajectory_id",
         "turn_index",
         "thought",
+        "repeat",
         "action_chars",
         "observation_chars",
         action_words=pl.col("action").list.n_unique(),
@@ -229,16 +245,17 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
         "trajectory_id",
         "turn_index",
         "thought",
+        "repeat",
         "observation_chars",
         overlap=_ratio_expr(shared, a),
         novelty=_ratio_expr(o - shared, o),
         jaccard=_ratio_expr(shared, a + o - shared),
         length_ratio=_ratio_expr(pl.col("observation_chars"), pl.col("action_chars")),
     )
-    category = pl.when(pl.col("thought")).then(pl.lit(THOUGHT))
+    category = pl.when(pl.col("thought")).then(pl.lit(THOUGHT)).when(pl.col("repeat")).then(pl.lit(REPEAT))
     for name in c.precedence:
         category = category.when(_signature(name, c)).then(pl.lit(name))  # type: ignore[assignment]  # a ChainedThen
-    keep_ratios = {name: c.keep_ratios.of(name) for name in (*c.precedence, THOUGHT)}
+    keep_ratios = {name: c.keep_ratios.of(name) for name in (*c.precedence, THOUGHT, REPEAT)}
     return (
         metrics.with_columns(category=category)
         .with_columns(keep_ratio=pl.col("category").replace_strict(keep_ratios, return_dtype=pl.Float64))
@@ -248,10 +265,13 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
 
 def score_frame(turns: pl.DataFrame, c: ScoreConfig) -> pl.DataFrame:
     """trajectory_id, turn_index, overlap, novelty, jaccard, length_ratio, category, keep_ratio for
-    every row of `turns` (trajectory_id, turn_index, action, observation, and kind: the turn's
-    metadata kind or null), as `score_turn` computes them. Polars runs a string expression over one
-    column on one core: the frame is cut into a slice per polars thread, and the slices are scored
-    together."""
+    every row of `turns` (trajectory_id, turn_index, action, observation, kind: the turn's metadata
+    kind or null, and previous_observation: the observation before it in its trajectory, null for a
+    first turn; a frame without that column has no repeats), as `score_turn` computes them. Polars
+    runs a string expression over one column on one core: the frame is cut into a slice per polars
+    thread, and the slices are scored together."""
+    if "previous_observation" not in turns.columns:
+        turns = turns.with_columns(previous_observation=pl.lit(None, dtype=pl.String))
     size = max(1, -(-turns.height // pl.thread_pool_size()))
     slices = list(turns.iter_slices(size)) or [turns]
     return pl.concat(pl.collect_all([_scores(part.lazy(), c) for part in slices]))

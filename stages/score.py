@@ -35,8 +35,12 @@ STAGE = "score"
 # 1.7 GB with these, most of it DuckDB's cache of the store; the time is the same.
 CHUNK_TURNS = 200_000
 
+# A turn's previous observation is the kept turn's before it (a dropped retry is not in the context the
+# model trains on), read before the filter on unscored turns so that a first unscored turn still has it.
 UNSCORED = """SELECT k.trajectory_id, k.turn_index, k.action, k.observation,
-        json_extract_string(k.metadata, '$.kind') AS kind FROM kept_turns k
+        json_extract_string(k.metadata, '$.kind') AS kind, k.previous_observation
+    FROM (SELECT *, lag(observation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS previous_observation
+          FROM kept_turns) k
     WHERE NOT EXISTS (SELECT 1 FROM turn_scores s
                       WHERE s.trajectory_id = k.trajectory_id AND s.turn_index = k.turn_index
                         AND s.scorer_version = $scorer_version AND s.config_hash = $config_hash)"""

@@ -151,18 +151,21 @@ def test_thresholds(why: str, turn: tuple[str, str], metrics: tuple, category: s
 
 
 def bulk_scores(
-    turns: list[tuple[str, str]], config: ScoreConfig, kinds: list[str | None] | None = None
+    turns: list[tuple[str, str]],
+    config: ScoreConfig,
+    kinds: list[str | None] | None = None,
+    previous: list[str | None] | None = None,
 ) -> list[tuple]:
-    frame = pl.DataFrame(
-        {
-            "trajectory_id": ["t"] * len(turns),
-            "turn_index": list(range(len(turns))),
-            "action": [a for a, _ in turns],
-            "observation": [o for _, o in turns],
-            "kind": kinds or [None] * len(turns),
-        },
-        schema_overrides={"kind": pl.String},
-    )
+    columns = {
+        "trajectory_id": ["t"] * len(turns),
+        "turn_index": list(range(len(turns))),
+        "action": [a for a, _ in turns],
+        "observation": [o for _, o in turns],
+        "kind": kinds or [None] * len(turns),
+    }
+    if previous is not None:
+        columns["previous_observation"] = previous
+    frame = pl.DataFrame(columns, schema_overrides={"kind": pl.String, "previous_observation": pl.String})
     return score_frame(frame, config).sort("turn_index").rows()
 
 
@@ -187,6 +190,26 @@ def test_a_thought_is_its_own_category_whatever_its_metrics() -> None:
     rows = bulk_scores([think, think, think], DEFAULT, ["thought", None, "format_error"])
     assert [(row[6], row[7]) for row in rows] == [("thought", 0.0), ("action", 1.0), ("action", 1.0)]
     assert rows[0][2:6] == rows[1][2:6]
+
+
+def test_a_repeated_observation_is_its_own_category_after_thoughts() -> None:
+    """A turn answered exactly as the turn before it (a second silent command, a retried `go to`) is
+    `repeat` whatever its metrics, keep ratio 1 by default and configurable; a thought stays a thought,
+    a first turn (no previous observation) and a near repeat are scored by their metrics."""
+    silent = ("mkdir build", "")
+    room = ("go to cabinet 1", "On the cabinet 1, you see a cloth 1.")
+    assert score_turn(*silent, DEFAULT).category == "other"
+    assert score_turn(*silent, DEFAULT, previous_observation="").category == "repeat"
+    assert score_turn(*silent, DEFAULT, previous_observation=None).category == "other"
+    scored = score_turn(*room, ScoreConfig(keep_ratios={"repeat": 0.0}), previous_observation=room[1])
+    assert (scored.category, scored.keep_ratio, scored.metrics) == ("repeat", 0.0, turn_metrics(*room))
+    assert score_turn(*room, DEFAULT, previous_observation=room[1] + " ").category == "expansion"
+    assert score_turn(*room, DEFAULT, kind="thought", previous_observation=room[1]).category == "thought"
+    config = ScoreConfig(keep_ratios={"repeat": 0.0})
+    rows = bulk_scores([silent, silent, room, room], config, previous=[None, "", "x", room[1]])
+    assert [(row[6], row[7]) for row in rows] == [("other", 1.0), ("repeat", 0.0), ("expansion", 1.0), ("repeat", 0.0)]
+    assert rows[0][2:6] == rows[1][2:6]
+    assert [row[6] for row in bulk_scores([silent, silent], config)] == ["other", "other"]  # no column, no repeat
 
 
 def test_config_decides_precedence_jaccard_and_short() -> None:
@@ -247,17 +270,19 @@ def test_bulk_matches_the_python_reference_on_random_turns(config: ScoreConfig) 
     rng = random.Random(3)
     turns = [random_turn(rng) for _ in range(3000)]
     kinds = [rng.choice([None, None, None, None, "thought", "format_error"]) for _ in turns]
-    rows = bulk_scores(turns, config, kinds)
+    # The observation before each: none, the turn's own (a repeat), or another turn's.
+    previous = [rng.choice([None, observation, rng.choice(turns)[1]]) for _, observation in turns]
+    rows = bulk_scores(turns, config, kinds, previous)
     categories = set()
-    for turn, kind, row in zip(turns, kinds, rows, strict=True):
-        expected = score_turn(*turn, config, kind)
+    for turn, kind, before, row in zip(turns, kinds, previous, rows, strict=True):
+        expected = score_turn(*turn, config, kind, before)
         m = expected.metrics
         # The same divisions of the same counts: equal to the last bit, None where undefined.
         metrics = (m.overlap, m.novelty, m.jaccard, m.length_ratio)
         assert row[2:] == (*metrics, expected.category, expected.keep_ratio), turn
         categories.add(row[6])
     if config is DEFAULT:  # the random mix reaches every category
-        assert categories == {*config.precedence, "thought"}
+        assert categories == {*config.precedence, "thought", "repeat"}
 
 
 def react_steps(text: str) -> list[tuple[str, str]]:

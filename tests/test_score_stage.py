@@ -153,6 +153,30 @@ def test_turns_the_filter_dropped_lose_their_scores(config: SimulacraConfig, cor
     assert [(r["trajectory_id"], r["turn_index"]) for r in scores(corpus)] == [("terminal", 0), ("terminal", 2)]
 
 
+def test_a_repeat_is_judged_against_the_kept_turn_before_it(config: SimulacraConfig, store: Store, tmp_path) -> None:
+    """`previous_observation` is the kept turn's before it: a turn the filter dropped between two equal
+    observations is not in the context, so the second is a repeat; a first turn is none, and a turn
+    scored alone on a rerun still sees the one before it."""
+    silent = [("mkdir a", ""), ("ls -1 log", "ls: cannot access 'log'"), ("mkdir b", ""), ("mkdir c", "")]
+    add_trajectory(store, "shell", "terminal", "bench", silent)
+    with store.transaction() as con:
+        con.execute("INSERT INTO filter_decisions VALUES ('shell', 1, 'retry_cycle', 'test', 'filter-v2', now())")
+    masked = load_config(
+        None, [{"workspace": {"path": str(tmp_path / "workspace")}, "score": {"keep_ratios": {"repeat": 0.0}}}]
+    )
+    result = score_stage.run(masked, store)
+    assert [(r["turn_index"], r["category"], r["keep_ratio"]) for r in scores(store)] == [
+        (0, "other", 1.0),
+        (2, "repeat", 0.0),
+        (3, "repeat", 0.0),
+    ]
+    assert result.metrics["category_repeat"] == 2 and "repeat 66.7%" in result.summary
+    with store.transaction() as con:
+        con.execute("DELETE FROM turn_scores WHERE turn_index = 3")
+    assert score_stage.run(masked, store).metrics["turns_scored"] == 1
+    assert scores(store)[-1]["category"] == "repeat"
+
+
 def test_category_report_per_domain_and_source(config: SimulacraConfig, corpus: Store) -> None:
     score_stage.run(config, corpus)
     report = score_stage.category_report(corpus)

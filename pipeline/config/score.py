@@ -17,9 +17,12 @@ from pipeline.store.schema import THOUGHT
 # The paper's categories, each a signature over the metrics, tried in `precedence` order.
 Signature = Literal["echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other"]
 SIGNATURES: tuple[Signature, ...] = ("echo", "boilerplate", "transform", "expansion", "retrieval", "action", "other")
-# Every category a turn can get: the signatures, and `thought` for a turn its adapter marked as the
-# agent thinking aloud (schema.THOUGHT), whatever its metrics.
-CATEGORIES: tuple[str, ...] = (*SIGNATURES, THOUGHT)
+# A turn whose observation is, character for character, the one before it in its trajectory (kept turns
+# only): the answer is in the context already, and copying it is all the label teaches.
+REPEAT = "repeat"
+# Every category a turn can get: the signatures; `thought` for a turn its adapter marked as the agent
+# thinking aloud (schema.THOUGHT), and `repeat`, each whatever its metrics.
+CATEGORIES: tuple[str, ...] = (*SIGNATURES, THOUGHT, REPEAT)
 
 
 class KeepRatios(Section):
@@ -42,6 +45,16 @@ class KeepRatios(Section):
         'with a fixed acknowledgement ("OK."), not by the environment: not the paper\'s, which has no such turns. 0: '
         "the answer stays in the context of later turns but is never a label, since predicting it teaches nothing "
         "about the environment.",
+    )
+
+    repeat: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="The observation equals the one before it in its trajectory, character for character (two "
+        "silent commands in a row, a retried action answered alike): not the paper's. Below 1, such a label only "
+        "teaches the model to copy its context, which a small model then does where the environment answers "
+        "something new (docs/stages/score.md).",
     )
 
     def of(self, category: str) -> float:
@@ -84,7 +97,8 @@ class ScoreConfig(Section):
         "table order, which is also ascending keep ratio: every echo is also boilerplate, and a turn that is "
         "both boilerplate and transform is masked as boilerplate; among the keep-everything categories the "
         "more specific comes first (expansion before retrieval, retrieval before action). `other` matches "
-        "everything, so categories after it are never chosen. A thought turn is `thought` before any signature.",
+        "everything, so categories after it are never chosen. Before any signature, a thought turn is `thought`, "
+        "then a turn repeating the previous observation is `repeat`.",
     )
     keep_ratios: KeepRatios = Field(default_factory=KeepRatios, description="Keep ratio per category.")
 
