@@ -254,7 +254,7 @@ def _scores(turns: pl.LazyFrame, c: ScoreConfig) -> pl.LazyFrame:
     )
     category = pl.when(pl.col("thought")).then(pl.lit(THOUGHT)).when(pl.col("repeat")).then(pl.lit(REPEAT))
     for name in c.precedence:
-        category = category.when(_signature(name, c)).then(pl.lit(name))  # type: ignore[assignment]  # a ChainedThen
+        category = category.when(_signature(name, c)).then(pl.lit(name))
     keep_ratios = {name: c.keep_ratios.of(name) for name in (*c.precedence, THOUGHT, REPEAT)}
     return (
         metrics.with_columns(category=category)
