@@ -3,7 +3,8 @@
 `turn_scores` mirrors `kept_turns` under one (scorer version, config hash), in one transaction:
 1. rows of another scorer version or score config are deleted (a changed table replaces them all);
 2. rows of turns no longer kept are deleted (a trajectory or turn the filter dropped since keeps no
-   stale score: the filter's decisions say why it went, and it is rescored if it comes back);
+   stale score: the filter's decisions say why it went, and it is rescored if it comes back), and
+   rows whose `repeat` no longer holds or newly holds, a turn before them dropped or restored;
 3. kept turns without a row are scored by polars (`score_frame`, pipeline/informativeness.py), a
    chunk of `CHUNK_TURNS` at a time, and each chunk's scores are inserted before the next is read:
    memory holds one chunk's word lists, whatever the size of the store.
@@ -22,11 +23,12 @@ import duckdb
 import polars as pl
 
 from pipeline.config import SimulacraConfig
-from pipeline.config.score import CATEGORIES
+from pipeline.config.score import CATEGORIES, REPEAT
 from pipeline.informativeness import SCORER_VERSION, score_frame
 from pipeline.plots import share_bars
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
+from pipeline.store.schema import THOUGHT
 
 STAGE = "score"
 
@@ -35,15 +37,28 @@ STAGE = "score"
 # 1.7 GB with these, most of it DuckDB's cache of the store; the time is the same.
 CHUNK_TURNS = 200_000
 
-# A turn's previous observation is the kept turn's before it (a dropped retry is not in the context the
-# model trains on), read before the filter on unscored turns so that a first unscored turn still has it.
-UNSCORED = """SELECT k.trajectory_id, k.turn_index, k.action, k.observation,
-        json_extract_string(k.metadata, '$.kind') AS kind, k.previous_observation
-    FROM (SELECT *, lag(observation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS previous_observation
-          FROM kept_turns) k
+# Kept turns with the observation of the kept turn before each (a dropped retry is not in the context the
+# model trains on), read before any filter on turns so that a first unscored turn still has it.
+KEPT_WITH_PREVIOUS = """SELECT trajectory_id, turn_index, action, observation,
+        json_extract_string(metadata, '$.kind') AS kind,
+        lag(observation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS previous_observation
+    FROM kept_turns"""
+
+# Whether stored score `s` of kept turn `k` still says rightly whether `k` repeats the turn before it.
+REPEAT_CURRENT = """(k.kind IS NOT DISTINCT FROM $thought
+    OR (s.category = $repeat) = coalesce(k.observation = k.previous_observation, false))"""
+
+# A stale repeat counts as unscored: the reading connection still sees the row STALE_REPEATS deleted.
+UNSCORED = f"""SELECT k.* FROM ({KEPT_WITH_PREVIOUS}) k
     WHERE NOT EXISTS (SELECT 1 FROM turn_scores s
                       WHERE s.trajectory_id = k.trajectory_id AND s.turn_index = k.turn_index
-                        AND s.scorer_version = $scorer_version AND s.config_hash = $config_hash)"""
+                        AND s.scorer_version = $scorer_version AND s.config_hash = $config_hash
+                        AND {REPEAT_CURRENT})"""
+
+
+STALE_REPEATS = f"""DELETE FROM turn_scores s WHERE EXISTS (SELECT 1 FROM ({KEPT_WITH_PREVIOUS}) k
+    WHERE k.trajectory_id = s.trajectory_id AND k.turn_index = s.turn_index AND NOT {REPEAT_CURRENT})"""
+CATEGORY_NAMES = {"thought": THOUGHT, "repeat": REPEAT}
 
 
 def _count(cursor: Any) -> int:
@@ -57,7 +72,9 @@ def _score_unscored(tx: duckdb.DuckDBPyConnection, config: SimulacraConfig, conf
     """Scores every unscored kept turn, a chunk at a time, into `turn_scores`; returns how many."""
     scored = 0
     with tx.cursor() as reader:
-        unscored = reader.sql(UNSCORED, params={"scorer_version": SCORER_VERSION, "config_hash": config_hash})
+        unscored = reader.sql(
+            UNSCORED, params={"scorer_version": SCORER_VERSION, "config_hash": config_hash, **CATEGORY_NAMES}
+        )
         for turns in unscored.to_arrow_reader(CHUNK_TURNS):
             scores = score_frame(pl.from_arrow(turns), config.score)  # type: ignore[arg-type]  # a batch makes a DataFrame
             tx.register("chunk_scores", scores)
@@ -87,6 +104,8 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
                    WHERE k.trajectory_id = s.trajectory_id AND k.turn_index = s.turn_index)"""
             )
         )
+        # A turn's repeat depends on the kept turn before it: one dropped or restored since changes it.
+        neighbours = _count(tx.execute(STALE_REPEATS, CATEGORY_NAMES))
         scored = _score_unscored(tx, config, config_hash)
     counts = dict(store.connection.execute("SELECT category, count(*) FROM turn_scores GROUP BY category").fetchall())
     total = sum(counts.values())
@@ -94,6 +113,7 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
         "turns_scored": scored,
         "scores_replaced": replaced,
         "scores_of_dropped_turns_removed": dropped,
+        "scores_of_changed_repeats_removed": neighbours,
         "turns_with_score": total,
         "mean_keep_ratio": store.scalar("SELECT avg(keep_ratio) FROM turn_scores"),
         **{f"category_{name}": counts.get(name, 0) for name in CATEGORIES},

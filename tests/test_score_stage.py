@@ -175,6 +175,17 @@ def test_a_repeat_is_judged_against_the_kept_turn_before_it(config: SimulacraCon
         con.execute("DELETE FROM turn_scores WHERE turn_index = 3")
     assert score_stage.run(masked, store).metrics["turns_scored"] == 1
     assert scores(store)[-1]["category"] == "repeat"
+    # The dropped turn restored: turn 2 follows an error now, so its repeat goes, and only its score is redone.
+    with store.transaction() as con:
+        con.execute("DELETE FROM filter_decisions WHERE trajectory_id = 'shell'")
+    again = score_stage.run(masked, store)
+    assert again.metrics["scores_of_changed_repeats_removed"] == 1 and again.metrics["turns_scored"] == 2
+    assert [(r["turn_index"], r["category"]) for r in scores(store)] == [
+        (0, "other"),
+        (1, "expansion"),
+        (2, "other"),
+        (3, "repeat"),
+    ]
 
 
 def test_category_report_per_domain_and_source(config: SimulacraConfig, corpus: Store) -> None:
