@@ -33,7 +33,7 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["cpt.max_steps"] == "2"  # the user's, not 4 x 2 or 4 x the demo's
     assert values["sft.max_queries"] == str(3 * demo.sft.max_queries)
     assert values["sft.max_steps"] == str(3 * demo.sft.max_steps)
-    assert values["rl.max_steps"] == str(3 * demo.rl.max_steps)
+    assert values["rl.max_steps"] == str(6 * demo.rl.max_steps)
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
     assert values["workspace.path"] == str(tmp_path / "ws")
     # A benchmark item gets the history the checkpoints were trained on, unless the user says otherwise.
