@@ -39,11 +39,11 @@ evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped o
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
 2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
 750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 6 min and its two
-validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 10-12 min, its reward on
-its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models x 100 targets (text
-games' prompts are shorter than the demo's average) plus the free retrieval baseline: 25-35 min; export under
-1 min. In all 60-75 minutes, estimated; measured end to end on 2026-12-02 (docs/performance.md): 35 min 15 s, its
-last 15 minutes beside a test suite.
+validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 20-25 min (48 steps of 4
+completions), its reward on its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models
+x 100 targets (text games' prompts are shorter than the demo's average) plus the free retrieval baseline: 15-35 min;
+export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
+47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it.
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
