@@ -58,6 +58,7 @@ UNSCORED = f"""SELECT k.* FROM ({KEPT_WITH_PREVIOUS}) k
 
 STALE_REPEATS = f"""DELETE FROM turn_scores s WHERE EXISTS (SELECT 1 FROM ({KEPT_WITH_PREVIOUS}) k
     WHERE k.trajectory_id = s.trajectory_id AND k.turn_index = s.turn_index AND NOT {REPEAT_CURRENT})"""
+# The categories REPEAT_CURRENT names, as the query parameters $thought and $repeat.
 CATEGORY_NAMES = {"thought": THOUGHT, "repeat": REPEAT}
 
 
