@@ -28,12 +28,13 @@ A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra 
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
   cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6, rl.max_prompts x3,
+  rl.num_generations x2 (with rl.per_device_batch_size x2, so that a step still holds one whole group),
   validation.max_queries x4 (the stages' before/after and the export's choice on 32 targets, not 8).
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 48 GSPO steps on 24 prompts, one prompt (a group of
 4 completions) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
-its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 (the demo's group now) +8.2 [+1.5, +16.8]. Every stage's checkpoint is
+its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]. Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
@@ -94,6 +95,10 @@ BUDGETS = (
     ("sft", "max_steps", 3),
     ("rl", "max_steps", 6),
     ("rl", "max_prompts", 3),
+    # Within a group of 2 any two different rewards become the same +0.71 and -0.71; 4 rank them. The demo's
+    # 15 minutes hold groups of 2 only. The batch doubles with the group, so that a step holds one whole group.
+    ("rl", "num_generations", 2),
+    ("rl", "per_device_batch_size", 2),
     ("validation", "max_queries", 4),
 )
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a

@@ -35,6 +35,8 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["sft.max_steps"] == str(3 * demo.sft.max_steps)
     assert values["rl.max_steps"] == str(6 * demo.rl.max_steps)
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
+    assert values["rl.num_generations"] == str(2 * demo.rl.num_generations)
+    assert values["rl.per_device_batch_size"] == str(2 * demo.rl.per_device_batch_size)
     assert values["workspace.path"] == str(tmp_path / "ws")
     # A benchmark item gets the history the checkpoints were trained on, unless the user says otherwise.
     assert values["evaluate.benchmark.max_history_chars"] == str(demo.evaluate.max_history_chars)
@@ -46,6 +48,7 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert _values(given)["evaluate.benchmark.max_history_chars"] == "null"
     scaled = load_config(DEMO, [learning.parse_override(text) for text in given])
     assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == 4 * demo.cpt.max_steps
+    assert scaled.rl.num_generations == 4 and scaled.rl.per_device_batch_size % scaled.rl.num_generations == 0
 
 
 def test_a_budget_of_the_whole_pool_stays_the_whole_pool(learning, tmp_path):
