@@ -15,7 +15,8 @@ Three steps, as CPT's (flows/gpu_stage.py runs the middle one on a GPU worker wh
    - direct: every chosen query is a sample, its target the real observation; nothing is generated
      or judged (`_direct_samples` says why);
    then the training sequences of the kept queries (pipeline/sft/samples.py: one of ten system
-   templates per sample, asking for the run's format; labels on the assistant output only), the
+   templates per sample, asking for the run's format; labels on the assistant output only, and in the
+   direct format on every observation of the kept history too: `sft.label_history`), the
    held-out sequences (the val pool in CPT's format and windows, so the cross-entropy is comparable
    with CPT's) and the validation targets;
 2. `train`, from files only: training through the shared packed Trainer path
@@ -281,6 +282,8 @@ def _build_sequences(
     templates: Counter[int] = Counter()
     thinking_lengths: list[int] = []
     builder = SequenceBuilder(tokenizer, config.sft.max_length, config.sft.seed)
+    # The history's observations are labels in the direct format only (pipeline/sft/samples.py says why).
+    label_history = config.sft.label_history and not thinking
     with SequenceWriter(plan.sequences_dir / "train.parquet") as train:
         for row in selections:
             if not row["kept"]:
@@ -290,7 +293,14 @@ def _build_sequences(
             # Thinking: the winner's thinking, then the real observation; direct: the real observation alone.
             target = render_thinking_output(row["thinking"], query.reference) if thinking else query.reference
             built = sft_sequence(
-                builder, query.trajectory_id, system, query.history, query.action, target, query.turn_index
+                builder,
+                query.trajectory_id,
+                system,
+                query.history,
+                query.action,
+                target,
+                query.turn_index,
+                label_history=label_history,
             )
             counted["history_turns_dropped"] += built.history_dropped
             if built.sequence is None:
@@ -307,6 +317,7 @@ def _build_sequences(
             counted["train_sequences"] += 1
             counted["train_tokens"] += len(built.sequence.input_ids)
             counted["train_label_tokens"] += sum(1 for label in built.sequence.labels if label != -100)
+            counted["history_label_tokens"] += built.history_labels
     # The validation pool exactly as CPT measures it (its template, windows, max_length and cap), so the
     # two stages' observation cross-entropies are on the same tokens.
     cpt_builder = SequenceBuilder(tokenizer, config.cpt.max_length, config.cpt.seed)
@@ -328,6 +339,7 @@ def _build_sequences(
                 "train_sequences",
                 "train_tokens",
                 "train_label_tokens",
+                "history_label_tokens",
                 "samples_too_long",
                 "history_turns_dropped",
                 "eval_sequences",

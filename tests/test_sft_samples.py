@@ -49,6 +49,49 @@ def test_labels_are_exactly_the_assistant_output_and_its_end(tokenizer):
     assert sequence.input_ids.count(tokenizer.convert_tokens_to_ids(IM_END)) == 7
 
 
+def _labelled_spans(tokenizer, sequence) -> list[str]:
+    """The labelled runs of positions, each decoded: one per assistant answer that is a label."""
+    spans: list[list[int]] = []
+    previous = None
+    for position, label in enumerate(sequence.labels):
+        if label == IGNORE_INDEX:
+            continue
+        if previous != position - 1:
+            spans.append([])
+        spans[-1].append(label)
+        previous = position
+    return [tokenizer.decode(span) for span in spans]
+
+
+def test_direct_samples_label_every_history_observation_as_an_answer(tokenizer):
+    """`label_history` (direct SFT): each kept history observation and its end token are labels, as the
+    target is; the system prompt, the actions and the role headers stay context. A literal `<|im_end|>`
+    inside an observation is a label as text, the real end token after it too."""
+    builder = SequenceBuilder(tokenizer, 4096, 0)
+    plain = sft_sequence(builder, "t1", "SYSTEM PROMPT", HISTORY, "ls", "notes.txt\n", 2)
+    built = sft_sequence(builder, "t1", "SYSTEM PROMPT", HISTORY, "ls", "notes.txt\n", 2, label_history=True)
+    sequence = built.sequence
+    assert sequence.input_ids == plain.sequence.input_ids  # the same tokens; only the labels differ
+    assert _labelled_spans(tokenizer, plain.sequence) == ["notes.txt\n" + IM_END]
+    assert _labelled_spans(tokenizer, sequence) == [
+        "hi" + IM_END,
+        "buy milk <|im_end|>" + IM_END,
+        "notes.txt\n" + IM_END,
+    ]
+    assert all(sequence.labels[i] in (IGNORE_INDEX, sequence.input_ids[i]) for i in range(len(sequence.labels)))
+    labels = [sum(1 for label in s.labels if label != IGNORE_INDEX) for s in (plain.sequence, sequence)]
+    assert built.history_labels == labels[1] - labels[0] > 0 and plain.history_labels == 0
+
+
+def test_a_dropped_history_turn_is_neither_context_nor_label(tokenizer):
+    full = sft_sequence(SequenceBuilder(tokenizer, 4096, 0), "t1", "S", HISTORY, "ls", "notes.txt\n", 2).sequence
+    built = sft_sequence(
+        SequenceBuilder(tokenizer, len(full.input_ids) - 3, 0), "t1", "S", HISTORY, "ls", "notes.txt\n", 2, True
+    )
+    assert built.history_dropped == 1
+    assert _labelled_spans(tokenizer, built.sequence) == ["buy milk <|im_end|>" + IM_END, "notes.txt\n" + IM_END]
+
+
 def test_a_long_sample_drops_its_oldest_history_first(tokenizer):
     full = sft_sequence(SequenceBuilder(tokenizer, 4096, 0), "t1", "S", HISTORY, "ls", TARGET, 2).sequence
     short = len(full.input_ids) - 3

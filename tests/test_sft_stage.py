@@ -367,10 +367,31 @@ def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepar
     tokenizer = load_tokenizer(config.sft.base_model)
     rows = pq.read_table(Path(checkpoint["path"]).parent / "sequences" / "train.parquet").to_pylist()
     assert rows
+    # Every answer of a sample is a label (sft.label_history): the target last, and before it the observations
+    # of the turns just before the target that its history kept, in order, each with its end token.
+    history_labels = 0
     for row in rows:
-        labelled = [label for label in row["labels"] if label != -100]
-        assert tokenizer.decode(labelled) == observations[(row["source"], row["turn_indices"][0])] + "<|im_end|>"
+        trajectory, target = row["source"], row["turn_indices"][0]
+        spans = [tokenizer.decode(span) for span in labelled_spans(row["labels"])]
+        assert spans[-1] == observations[(trajectory, target)] + "<|im_end|>"
+        earlier = [observations[(trajectory, i)] + "<|im_end|>" for i in range(target)]
+        assert spans[:-1] == earlier[len(earlier) - len(spans) + 1 :]
         assert "<think>" not in tokenizer.decode(row["input_ids"])
+        history_labels += sum(len(span) for span in labelled_spans(row["labels"])[:-1])
+    assert metrics["history_label_tokens"] == history_labels > 0
+    assert metrics["train_label_tokens"] > history_labels
+
+
+def labelled_spans(labels: list[int]) -> list[list[int]]:
+    """The runs of consecutive labelled positions: one per assistant answer that is a label."""
+    spans: list[list[int]] = []
+    for position, label in enumerate(labels):
+        if label == -100:
+            continue
+        if position == 0 or labels[position - 1] == -100:
+            spans.append([])
+        spans[-1].append(label)
+    return spans
 
 
 def assert_labels_are_the_thinking_then_the_real_observation(config, run_dir: Path) -> None:

@@ -164,6 +164,15 @@ class SFTConfig(TrainingSettings):
         "(counted). May be shorter than `cpt.max_length`: the held-out CE is still measured on CPT's windows, in "
         "rows of their own length.",
     )
+    label_history: bool = Field(
+        default=True,
+        description="Direct format only (`answers.thinking: false`): the observations of a sample's kept history are "
+        "labels too, not only its target (pipeline/sft/samples.py). Each is a real observation in the format the "
+        "model answers in; a sample is mostly prompt, so the target alone labels a small share of the tokens a step "
+        "pays for (the demo: 1,226 labels in 25,738 tokens). An observation can then be a label in several samples "
+        "of its trajectory (its own, and as history of the next ones). Ignored in the thinking format, whose history "
+        "has no thinking.",
+    )
     # --- training: optimisation and checkpoints (TrainingSettings, SFT's defaults) ----------------
     learning_rate: float = Field(
         default=1e-5,

@@ -6,10 +6,18 @@
     <|im_start|>assistant\\n<think>\\n{thinking}\\n</think>\\n\\n{observation}<|im_end|>\\n
 
 History observations carry no thinking (real trajectories have none, and Qwen3's template drops
-the thinking of earlier turns too). Labels: the target assistant output only, its `<think>` block,
-its observation and the `<|im_end|>` that ends it; the system prompt, the history, the action and
-the role headers are context (-100). Pieces are tokenised separately and joined, as in CPT
+the thinking of earlier turns too). Labels: the target assistant output, its `<think>` block,
+its observation and the `<|im_end|>` that ends it; the system prompt, the actions and the role
+headers are context (-100). Pieces are tokenised separately and joined, as in CPT
 (pipeline/training/sequences.py), so the label boundary is exact.
+
+The kept history's observations are context too, unless `label_history` (direct SFT, issue 28): there
+every assistant turn of the sample is a real observation in the very format the model is trained to
+answer in, so each is a label with its `<|im_end|>`, as chat SFT trains every assistant turn. A sample
+is mostly prompt (the demo's: about 400 tokens around a 19-token observation), so the target alone
+labels a twentieth of what a step pays for; its history's observations multiply that at no cost. In
+the thinking format they stay context: an observation that follows the header directly would teach a
+thinking model to answer without thinking.
 
 A sample longer than `max_length` drops its oldest history turns, one at a time, until it fits
 (counted); one whose system prompt, action and target alone exceed it is skipped (counted): cutting
@@ -29,6 +37,7 @@ from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequ
 class SampleSequence:
     sequence: TokenSequence | None  # None: too long even without history
     history_dropped: int
+    history_labels: int = 0  # labels on history observations (`label_history`), beside the target's
 
 
 def sft_sequence(
@@ -39,13 +48,15 @@ def sft_sequence(
     action: str,
     target: str,
     turn_index: int,
+    label_history: bool = False,
 ) -> SampleSequence:
     texts = [system_prompt, action, target] + [text for turn in history for text in (turn.action, turn.observation)]
     encoded = builder.encode(texts)
     system_ids, action_ids, target_ids = encoded[0], encoded[1], encoded[2]
     user, assistant, footer = builder.headers["user"], builder.headers["assistant"], builder.footer
     system = builder.headers["system"] + system_ids + footer
-    turns = [user + encoded[3 + 2 * i] + footer + assistant + encoded[4 + 2 * i] + footer for i in range(len(history))]
+    # (context, observation and its end): a history turn's two parts, so its observation can be a label.
+    turns = [(user + encoded[3 + 2 * i] + footer + assistant, encoded[4 + 2 * i] + footer) for i in range(len(history))]
     prompt_tail = user + action_ids + footer + assistant
     target_block = target_ids + footer
     fixed = len(system) + len(prompt_tail) + len(target_block)
@@ -53,13 +64,25 @@ def sft_sequence(
         return SampleSequence(None, len(history))
     room = builder.max_length - fixed
     dropped = 0
-    while turns and sum(len(t) for t in turns) > room:
+    while turns and sum(len(head) + len(observation) for head, observation in turns) > room:
         turns.pop(0)
         dropped += 1
-    context = system + [token for turn in turns for token in turn] + prompt_tail
-    # Labelled: the target and its <|im_end|>; the newline after it belongs to no turn.
-    labels = [IGNORE_INDEX] * len(context) + target_ids + [builder.im_end] + [IGNORE_INDEX] * (len(footer) - 1)
-    return SampleSequence(TokenSequence(context + target_block, labels, source, "sft", [turn_index]), dropped)
+    context, labels = list(system), [IGNORE_INDEX] * len(system)
+    for head, observation in turns:
+        context += head + observation
+        labels += [IGNORE_INDEX] * len(head) + (
+            _answer_labels(observation, len(footer)) if label_history else [IGNORE_INDEX] * len(observation)
+        )
+    history_labels = sum(1 for label in labels if label != IGNORE_INDEX)
+    context += prompt_tail
+    labels += [IGNORE_INDEX] * len(prompt_tail) + _answer_labels(target_block, len(footer))
+    sequence = TokenSequence(context + target_block, labels, source, "sft", [turn_index])
+    return SampleSequence(sequence, dropped, history_labels)
+
+
+def _answer_labels(block: list[int], footer_length: int) -> list[int]:
+    """An assistant answer's labels: its tokens and its <|im_end|>; the newline after it belongs to no turn."""
+    return block[: len(block) - footer_length + 1] + [IGNORE_INDEX] * (footer_length - 1)
 
 
 def shortest_prompt(builder: SequenceBuilder, system_prompts: Sequence[str]) -> str:
