@@ -44,7 +44,9 @@ validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 m
 completions), its reward on its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models
 x 100 targets (text games' prompts are shorter than the demo's average) plus the free retrieval baseline: 15-35 min;
 export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
-47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it.
+47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it; 37 min 43 s
+at cc30809 in a copy of that run's workspace, its base and cpt answers found in the LLM cache (cpt 10 min, sft 4, rl 18,
+evaluate 6).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
