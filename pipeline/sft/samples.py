@@ -55,8 +55,11 @@ def sft_sequence(
     system_ids, action_ids, target_ids = encoded[0], encoded[1], encoded[2]
     user, assistant, footer = builder.headers["user"], builder.headers["assistant"], builder.footer
     system = builder.headers["system"] + system_ids + footer
-    # (context, observation and its end): a history turn's two parts, so its observation can be a label.
-    turns = [(user + encoded[3 + 2 * i] + footer + assistant, encoded[4 + 2 * i] + footer) for i in range(len(history))]
+    # Each history turn laid out and labelled as CPT's (its observation and end token); labels used or not below.
+    turns = [
+        builder.turn_block(source, turn, encoded[3 + 2 * i], encoded[4 + 2 * i], full_labels=True)
+        for i, turn in enumerate(history)
+    ]
     prompt_tail = user + action_ids + footer + assistant
     target_block = target_ids + footer
     fixed = len(system) + len(prompt_tail) + len(target_block)
@@ -64,25 +67,19 @@ def sft_sequence(
         return SampleSequence(None, len(history))
     room = builder.max_length - fixed
     dropped = 0
-    while turns and sum(len(head) + len(observation) for head, observation in turns) > room:
+    while turns and sum(len(block.ids) for block in turns) > room:
         turns.pop(0)
         dropped += 1
     context, labels = list(system), [IGNORE_INDEX] * len(system)
-    for head, observation in turns:
-        context += head + observation
-        labels += [IGNORE_INDEX] * len(head) + (
-            _answer_labels(observation, len(footer)) if label_history else [IGNORE_INDEX] * len(observation)
-        )
+    for block in turns:
+        context += block.ids
+        labels += block.labels if label_history else [IGNORE_INDEX] * len(block.ids)
     history_labels = sum(1 for label in labels if label != IGNORE_INDEX)
     context += prompt_tail
-    labels += [IGNORE_INDEX] * len(prompt_tail) + _answer_labels(target_block, len(footer))
+    # Labelled: the target and its <|im_end|>; the newline after it belongs to no turn.
+    labels += [IGNORE_INDEX] * len(prompt_tail) + target_ids + [builder.im_end] + [IGNORE_INDEX] * (len(footer) - 1)
     sequence = TokenSequence(context + target_block, labels, source, "sft", [turn_index])
     return SampleSequence(sequence, dropped, history_labels)
-
-
-def _answer_labels(block: list[int], footer_length: int) -> list[int]:
-    """An assistant answer's labels: its tokens and its <|im_end|>; the newline after it belongs to no turn."""
-    return block[: len(block) - footer_length + 1] + [IGNORE_INDEX] * (footer_length - 1)
 
 
 def shortest_prompt(builder: SequenceBuilder, system_prompts: Sequence[str]) -> str:

@@ -155,7 +155,7 @@ def epoch_labels(labels: Sequence[int], spans: Sequence[MaskSpan], epoch: int) -
 
 
 @dataclass(slots=True)
-class _TurnBlock:
+class TurnBlock:
     """One turn's ids: user header, action, end, assistant header, observation, end; its observation
     positions labelled (all, or none for a keep ratio of 0), to be thinned to `keep_ratio` per epoch."""
 
@@ -203,9 +203,9 @@ class SequenceBuilder:
         encoded = self.tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True, verbose=False)
         return encoded["input_ids"]
 
-    def _turn_block(
+    def turn_block(
         self, trajectory_id: str, turn: ScoredTurn, action: list[int], observation: list[int], full_labels: bool
-    ) -> _TurnBlock:
+    ) -> TurnBlock:
         user = self.headers["user"] + action + self.footer
         assistant_header = self.headers["assistant"]
         ids = user + assistant_header + observation + self.footer
@@ -215,11 +215,11 @@ class SequenceBuilder:
         labels = [IGNORE_INDEX] * len(ids)
         if keep_ratio > 0:
             labels[start : end + 1] = ids[start : end + 1]
-        return _TurnBlock(
+        return TurnBlock(
             turn, ids, labels, start, end, keep_ratio, turn_seed(self.seed, trajectory_id, turn.turn_index)
         )
 
-    def _cut(self, block: _TurnBlock, room: int, tally: LabelTally) -> _TurnBlock | None:
+    def _cut(self, block: TurnBlock, room: int, tally: LabelTally) -> TurnBlock | None:
         """A turn too long for any window: keep what fits if that includes an observation token."""
         if room <= block.observation_start:
             tally.dropped_turns += 1
@@ -227,7 +227,7 @@ class SequenceBuilder:
         if room <= block.observation_end:
             tally.truncated_observations += 1
             tally.observation_tokens_cut += block.observation_end + 1 - room
-        return _TurnBlock(
+        return TurnBlock(
             block.turn,
             block.ids[:room],
             block.labels[:room],
@@ -251,11 +251,11 @@ class SequenceBuilder:
         actions, observations = encoded[1 : 1 + len(turns)], encoded[1 + len(turns) :]
         room = self.max_length - len(system)
 
-        windows: list[list[_TurnBlock]] = []
-        current: list[_TurnBlock] = []
+        windows: list[list[TurnBlock]] = []
+        current: list[TurnBlock] = []
         used = 0
         for turn, action, observation in zip(turns, actions, observations):
-            block = self._turn_block(trajectory_id, turn, action, observation, full_labels)
+            block = self.turn_block(trajectory_id, turn, action, observation, full_labels)
             if len(block.ids) > room:
                 if current:
                     windows.append(current)
@@ -304,7 +304,7 @@ class SequenceBuilder:
 
 
 def _count_labels(
-    tally: LabelTally, blocks: Sequence[_TurnBlock], offsets: Sequence[int], labels: Sequence[int]
+    tally: LabelTally, blocks: Sequence[TurnBlock], offsets: Sequence[int], labels: Sequence[int]
 ) -> None:
     """Content and end tokens of each observation in a window, and how many of each `labels` holds."""
     for block, offset in zip(blocks, offsets):
