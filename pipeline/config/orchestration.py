@@ -4,6 +4,8 @@
 pipeline/orchestration/fingerprint.py, and is a module `stages/<name>.py` with `run(config, store) -> StageResult`.
 """
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from pipeline.config.base import Section
@@ -45,6 +47,12 @@ class OrchestrationConfig(Section):
         default=None,
         description="Fault hook for resume tests and drills: the named stage raises once per workspace, after "
         "persisting part of its work. Never set it in production.",
+    )
+    fail_how: Literal["raise", "kill"] = Field(
+        default="raise",
+        description="How `fail_stage` fails: `raise` an error the run records and a retry resumes from, or "
+        "`kill` the stage's process with SIGKILL at that point (no cleanup, as an out-of-memory kill or a "
+        "preempted node), for drills of resuming after a hard kill at a known point.",
     )
 
     @field_validator("stages", "fail_stage")
