@@ -146,7 +146,7 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
     if stats_path.is_file():
         return json.loads(stats_path.read_text())
     cpt = config.cpt
-    builder = SequenceBuilder(tokenizer, cpt.max_length, cpt.seed)
+    builder = SequenceBuilder(tokenizer, cpt.max_length, cpt.seed, cpt.outcome_head_tokens)
     plan.sequences_dir.mkdir(parents=True, exist_ok=True)
     counted = dict.fromkeys(COUNTS, 0)
     tally = LabelTally()

@@ -112,6 +112,9 @@ def cpt_config(tmp_path, **cpt_fields):
         "learning_rate": 3e-3,
         "world_knowledge": [str(world)],
         "world_knowledge_token_ratio": 0.2,
+        # The shell's echoes (2-6 words) are shorter than the default outcome head, which would label them
+        # whole; these tests read the keep ratios themselves (the head: the test after the next).
+        "outcome_head_tokens": 0,
         **cpt_fields,
     }
     return load_config(None, [{"workspace": {"path": str(tmp_path / "workspace")}, "cpt": fields}])
@@ -140,6 +143,17 @@ def test_scores_of_another_score_config_stop_the_stage_until_rescored(tmp_path):
         result = cpt.run(echo_kept, store)
     assert result.metrics["fingerprint"] != before
     assert result.metrics["label_fraction_content.echo"] == pytest.approx(0.9, abs=0.05)
+
+
+def test_the_outcome_head_reaches_the_training_labels(tmp_path):
+    """`cpt.outcome_head_tokens` longer than any of the shell's echoes: every echo is labelled whole, end token
+    included, while the keep ratio still says 0.05 (tests/test_sequences.py checks the head's positions)."""
+    config = cpt_config(tmp_path, max_steps=1, save_steps=1, outcome_head_tokens=64)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=12)
+        metrics = cpt.run(config, store).metrics
+    assert metrics["label_fraction_content.echo"] == metrics["label_fraction_end.echo"] == 1.0
+    assert metrics["label_fraction_content.boilerplate"] == 1.0
 
 
 def test_an_empty_cpt_pool_is_an_error(tmp_path):

@@ -297,6 +297,49 @@ def test_over_epochs_every_token_of_an_echo_is_labelled(tokenizer, tmp_path):
     assert again[0] == dataset[0] == {"input_ids": window.input_ids, "labels": window.labels_at(0)}
 
 
+def test_the_outcome_head_is_labelled_every_epoch_and_the_rest_at_the_keep_ratio(tokenizer, tmp_path):
+    """`cpt.outcome_head_tokens`: an observation's first h positions are labels whatever its ratio (they say
+    which outcome the action had); the positions after them are thinned at the ratio as before. An observation
+    no longer than its head is labelled whole; keep ratios 0 and 1 are untouched."""
+    rng = random.Random(5)
+    head = 4
+    builder = SequenceBuilder(tokenizer, 4096, seed=0, outcome_head=head)
+    turns = [ScoredTurn(i, "put apple in/on fridge", sentence(rng, 30), "echo", 0.05) for i in range(40)]
+    turns += [
+        ScoredTurn(40, "put key in/on desk", "ok", "echo", 0.05),  # shorter than the head, end token included
+        ScoredTurn(41, "ls", sentence(rng, 10), "action", 1.0),
+        ScoredTurn(42, "echo x", sentence(rng, 10), "echo", 0.0),
+    ]
+    with SequenceWriter(tmp_path / "train.parquet") as writer:
+        windows, tally = builder.trajectory_sequences("t", "Sys.", turns)
+        for window in windows:
+            writer.write(window)
+    dataset = ParquetSequences([tmp_path / "train.parquet"])
+    heads = rest = rest_labelled = 0
+    for epoch in range(20):
+        dataset.set_epoch(epoch)
+        for index in range(len(dataset)):
+            row = dataset[index]
+            assistants = [m for m in parse_messages(row["input_ids"], tokenizer) if m["role"] == "assistant"]
+            for message, turn_index in zip(assistants, windows[index].turn_indices, strict=True):
+                positions = range(message["start"], message["end"] + 1)
+                labelled = [row["labels"][i] != IGNORE_INDEX for i in positions]
+                if turn_index == 42:
+                    assert not any(labelled)
+                elif turn_index in (40, 41):
+                    assert all(labelled), turn_index
+                else:
+                    assert all(labelled[:head]), (epoch, turn_index)
+                    heads += head
+                    rest += len(labelled) - head
+                    rest_labelled += sum(labelled[head:])
+    assert heads and rest > 5 * heads
+    k, n = 0.05, rest
+    assert abs(rest_labelled / n - k) <= 4 * (k * (1 - k) / n) ** 0.5
+    # The tally reports what epoch 0 labels, the heads included: more than the ratio alone would give.
+    assert tally.content_fractions()["echo"] > 0.05 + 0.5 * head / 30
+
+
 def test_eval_sequences_label_every_observation_token(tokenizer):
     turns = synthetic_turns(random.Random(3), 8)
     windows, tally = SequenceBuilder(tokenizer, 4096, 0).trajectory_sequences("e", "Sys.", turns, full_labels=True)

@@ -23,6 +23,14 @@ class CPTConfig(TrainingSettings):
         "(on the demo ~28% labelled), so an input-token ratio of 0.09 was already 24% of the loss (issue 13). "
         "0.2: world knowledge is a sixth of the gradient, the observations the rest.",
     )
+    outcome_head_tokens: int = Field(
+        default=4,
+        ge=0,
+        description="The first N tokens of every observation are labels whatever its keep ratio; the ratio thins "
+        "the rest. They say which outcome the action had: after `put X in/on Y` a success echoes the action "
+        "(echo, keep 0.05) and a failure does not (`Nothing happens.`, keep 1), so thinning from the first token "
+        "taught the model that puts fail. 0: SPEC.md's plain per-token keep ratio.",
+    )
     eval_max_sequences: int = Field(
         default=64,
         ge=1,

@@ -33,6 +33,15 @@ Labels (everything else is -100, and stays in `input_ids` as context):
 - Which: drawn per epoch by a generator seeded from (seed, trajectory_id, turn_index, epoch), so a
   turn's mask does not depend on batch order, windowing or which other trajectories are in the run,
   a one-epoch run is reproducible, and over several epochs every token of an echo can be labelled.
+- The outcome head (`cpt.outcome_head_tokens`, h): an observation's first h positions are labels
+  whatever its ratio, and the ratio thins the positions after them. Those first tokens say which
+  outcome an action had ("You put the ..." or "Nothing happens."), and the categories follow the
+  outcome: after `put X in/on Y` the success echoes the action (echo, k 0.05) and the failure does not
+  (action, k 1). Thinned from the first token, the two outcomes of one action were learnt in a ratio of
+  k, so CPT taught SmolLM2 that a put fails or shows the receptacle ("On the sofa 1, you see ...") where
+  the base model had echoed it (read in `make learn`'s answers, 2026-12-03). The head labels the choice
+  of outcome at the data's own rates and still spares the loss the echo's predictable rest. h = 0 is the
+  plain per-token reading above.
 
 Storage: the mask of an epoch is drawn when a sequence is read (`ParquetSequences.__getitem__`), not
 when it is written. A sequence holds `labels` with every observation token labelled (a keep ratio 0
@@ -172,19 +181,23 @@ class TurnBlock:
         """End of the observation's positions present (a cut observation has lost its tail and end)."""
         return min(len(self.ids), self.observation_end + 1)
 
-    def mask_span(self, offset: int) -> MaskSpan | None:
-        """The span each epoch thins, for the block placed at `offset` of its window; None if the
-        labels are fixed (keep ratio 0: none; 1: all)."""
-        if not 0 < self.keep_ratio < 1:
+    def mask_span(self, offset: int, head: int = 0) -> MaskSpan | None:
+        """The span each epoch thins, for the block placed at `offset` of its window: the observation's
+        positions after its first `head` (the outcome head, always labelled); None if the labels are fixed
+        (keep ratio 0: none; 1: all; or an observation no longer than its head)."""
+        start = self.observation_start + head
+        if not 0 < self.keep_ratio < 1 or start >= self.positions_end:
             return None
-        return MaskSpan(offset + self.observation_start, offset + self.positions_end, self.keep_ratio, self.seed)
+        return MaskSpan(offset + start, offset + self.positions_end, self.keep_ratio, self.seed)
 
 
 class SequenceBuilder:
-    def __init__(self, tokenizer, max_length: int, seed: int):
+    def __init__(self, tokenizer, max_length: int, seed: int, outcome_head: int = 0):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.seed = seed
+        # Positions at the start of a thinned observation that are always labels (the module's docstring).
+        self.outcome_head = outcome_head
         vocab = tokenizer.get_vocab()
         missing = [t for t in (IM_START, IM_END) if t not in vocab]
         if missing:
@@ -277,7 +290,7 @@ class SequenceBuilder:
             ids, labels, spans, offsets = list(system), [IGNORE_INDEX] * len(system), [], []
             for block in blocks:
                 offsets.append(len(ids))
-                if (span := block.mask_span(len(ids))) is not None:
+                if (span := block.mask_span(len(ids), self.outcome_head)) is not None:
                     spans.append(span)
                 ids += block.ids
                 labels += block.labels
