@@ -34,7 +34,8 @@ On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens o
 direct format: the real observations, nothing generated); 48 GSPO steps on 24 prompts, one prompt (a group of
 4 completions) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
-its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]. Every stage's checkpoint is
+its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]; from 94da898's SFT checkpoint
+48 steps moved it -2.1 [-6.0, +1.7] and 24 steps of groups of 4 -3.1 [-6.8, +0.4], so 48 stay. Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
@@ -46,7 +47,8 @@ x 100 targets (text games' prompts are shorter than the demo's average) plus the
 export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
 47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it; 37 min 43 s
 at cc30809 in a copy of that run's workspace, its base and cpt answers found in the LLM cache (cpt 10 min, sft 4, rl 18,
-evaluate 6).
+evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cached (cpt 13, sft 3.5, rl 14, evaluate
+4.5).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
