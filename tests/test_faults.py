@@ -15,9 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 KILL = """
 import sys
-from pipeline.config import load_config
+from pipeline.config import load_config, parse_override
 from pipeline.orchestration.faults import maybe_fail
-from pipeline.config import parse_override
 config = load_config(None, [parse_override(text) for text in sys.argv[1:]])
 maybe_fail(config, "sft", "after the first batch")
 print("survived", flush=True)

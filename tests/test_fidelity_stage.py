@@ -4,7 +4,8 @@ retrieval baseline, the real household and bookstore engines, the offline simila
 
 - A run killed with SIGKILL (by the fault hook, right after its first simulated episode is committed), then
   rerun: no stored step or episode is played or scored again (each keeps its row and timestamp), none is missing
-  or doubled, and the killed run's server died with it. A third run finds everything stored: it serves nothing and plays nothing, and reports the same numbers.
+  or doubled, and the killed run's server died with it. A third run finds everything stored: it serves nothing
+  and plays nothing, and reports the same numbers.
 - What the report holds: closed- and open-loop curves per domain with intervals, steps to the first divergence,
   each policy's success rates with intervals in the real environment and in each simulator, Kendall's tau; the
   simulated episodes are the real ones' actions (open-loop policies, played many at once through the vector
