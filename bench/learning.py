@@ -27,15 +27,17 @@ tokenizer, the budget `simulacra evaluate` requires (917 tokens on the default s
 A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra evaluate` says how much.
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
-  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6, rl.max_prompts x3,
-  rl.num_generations x2 (with rl.per_device_batch_size x2, so that a step still holds one whole group),
-  validation.max_queries x4 (the stages' before/after and the export's choice on 32 targets, not 8).
+  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
+  rl.num_generations x2 (with rl.per_device_batch_size x2, so that a micro-batch holds one whole group), 4 groups
+  an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps
+  divided by 4), validation.max_queries x4 (the stages' before/after and the export's choice on 32 targets, not 8).
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
-direct format: the real observations, nothing generated); 48 GSPO steps on 24 prompts, one prompt (a group of
-4 completions) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
+direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
+4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
 its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]; from 94da898's SFT checkpoint
-48 steps moved it -2.1 [-6.0, +1.7] and 24 steps of groups of 4 -3.1 [-6.8, +0.4], so 48 stay. Every stage's checkpoint is
+48 steps of one group moved it -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4], and 12 steps of 4 groups (the same 48
+groups) +2.3 [+0.4, +4.7], so RL trains 4 prompts a step. Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
@@ -105,6 +107,11 @@ BUDGETS = (
     ("rl", "per_device_batch_size", 2),
     ("validation", "max_queries", 4),
 )
+# RL's prompts (groups) an optimizer step: TRL's gradient_accumulation_steps, generated at once. rl.max_steps x6
+# counts groups, so these make 48 groups 12 steps of 4. Chosen on the validation pool (2026-12-03, from 94da898's
+# SFT checkpoint, by a rule fixed beforehand): 12 steps of 4 prompts moved it +2.3 [+0.4, +4.7], 48 steps of one
+# -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4]: each update the mean of 4 prompts', not one prompt's.
+RL_PROMPTS_PER_STEP = 4
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
@@ -136,7 +143,14 @@ def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
     for section, field, factor in BUDGETS:
         value = getattr(getattr(config, section), field)
         if f"{section}.{field}" not in fields_given and value is not None:  # None: all of the pool already
+            if (section, field) == ("rl", "max_steps") and "rl.gradient_accumulation_steps" not in fields_given:
+                value = max(1, value * factor // RL_PROMPTS_PER_STEP)  # the same groups, RL_PROMPTS_PER_STEP a step
+                factor = 1
             overrides.append(f"{section}.{field}={value * factor}")
+    if "rl.gradient_accumulation_steps" not in fields_given:
+        overrides.append(f"rl.gradient_accumulation_steps={RL_PROMPTS_PER_STEP}")
+        if "rl.steps_per_generation" not in fields_given:
+            overrides.append(f"rl.steps_per_generation={RL_PROMPTS_PER_STEP}")
     return overrides
 
 

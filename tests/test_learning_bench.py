@@ -33,7 +33,9 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["cpt.max_steps"] == "2"  # the user's, not 4 x 2 or 4 x the demo's
     assert values["sft.max_queries"] == str(3 * demo.sft.max_queries)
     assert values["sft.max_steps"] == str(3 * demo.sft.max_steps)
-    assert values["rl.max_steps"] == str(6 * demo.rl.max_steps)
+    # 6 x the demo's groups, 4 of them (4 prompts) an optimizer step.
+    assert values["rl.max_steps"] == str(6 * demo.rl.max_steps // learning.RL_PROMPTS_PER_STEP)
+    assert values["rl.gradient_accumulation_steps"] == values["rl.steps_per_generation"] == "4"
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
     assert values["rl.num_generations"] == str(2 * demo.rl.num_generations)
     assert values["rl.per_device_batch_size"] == str(2 * demo.rl.per_device_batch_size)
@@ -49,6 +51,10 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     scaled = load_config(DEMO, [learning.parse_override(text) for text in given])
     assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == 4 * demo.cpt.max_steps
     assert scaled.rl.num_generations == 4 and scaled.rl.per_device_batch_size % scaled.rl.num_generations == 0
+    # Given steps are the user's: counted as optimizer steps, with the prompts a step they give or 4.
+    assert _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.max_steps=5"]))["rl.max_steps"] == "5"
+    one = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.gradient_accumulation_steps=1"]))
+    assert one["rl.max_steps"] == str(6 * demo.rl.max_steps) and "rl.steps_per_generation" not in one
 
 
 def test_a_budget_of_the_whole_pool_stays_the_whole_pool(learning, tmp_path):
