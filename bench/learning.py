@@ -30,14 +30,17 @@ Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fi
   cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
   rl.num_generations x2 (with rl.per_device_batch_size x2, so that a micro-batch holds one whole group), 4 groups
   an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps
-  divided by 4), validation.max_queries x4 (the stages' before/after and the export's choice on 32 targets, not 8).
+  divided by 4), rl.learning_rate x3 (RL_LEARNING_RATE_FACTOR), validation.max_queries x4 (the stages' before/after
+  and the export's choice on 32 targets, not 8).
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
 its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]; from 94da898's SFT checkpoint
 48 steps of one group moved it -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4], and 12 steps of 4 groups (the same 48
-groups) +2.3 [+0.4, +4.7], so RL trains 4 prompts a step. Every stage's checkpoint is
+groups) +2.3 [+0.4, +4.7], so RL trains 4 prompts a step; at 3e-5 in place of 1e-5 those 12 steps moved it +3.6
+[-0.9, +9.4] to 52.7 (1e-5: 51.4), so its learning rate is 3x the config's. CPT's 32 steps stay: 64 moved
+validation to 43.4 against 43.9 (CE 0.632 against 0.795). Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
@@ -113,6 +116,10 @@ BUDGETS = (
 # SFT checkpoint, by a rule fixed beforehand): 12 steps of 4 prompts moved it +2.3 [+0.4, +4.7], 48 steps of one
 # -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4]: each update the mean of 4 prompts', not one prompt's.
 RL_PROMPTS_PER_STEP = 4
+# RL's learning rate x3 (1e-5 -> 3e-5 on the demo config): with one pass over each rollout batch (num_iterations 1)
+# GSPO's clip never binds and the learning rate is the step size. Chosen on the validation pool (2026-12-03, from the
+# same SFT checkpoint, 12 steps of 4 prompts, by a rule fixed beforehand): 3e-5 moved it 49.1 -> 52.7, 1e-5 -> 51.4.
+RL_LEARNING_RATE_FACTOR = 3
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
@@ -148,6 +155,9 @@ def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
                 value = max(1, value * factor // RL_PROMPTS_PER_STEP)  # the same groups, RL_PROMPTS_PER_STEP a step
                 factor = 1
             overrides.append(f"{section}.{field}={value * factor}")
+    if "rl.learning_rate" not in fields_given:
+        # %g: 3e-05, not 3.0000000000000004e-05, so that the run's fingerprint is the one a `--set` of it gives.
+        overrides.append(f"rl.learning_rate={config.rl.learning_rate * RL_LEARNING_RATE_FACTOR:g}")
     if "rl.gradient_accumulation_steps" not in fields_given:
         overrides.append(f"rl.gradient_accumulation_steps={RL_PROMPTS_PER_STEP}")
         if "rl.steps_per_generation" not in fields_given:

@@ -36,6 +36,9 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     # 6 x the demo's groups, 4 of them (4 prompts) an optimizer step.
     assert values["rl.max_steps"] == str(6 * demo.rl.max_steps // learning.RL_PROMPTS_PER_STEP)
     assert values["rl.gradient_accumulation_steps"] == values["rl.steps_per_generation"] == "4"
+    # RL's learning rate x3, written as a --set of it would be (the same run fingerprint).
+    assert values["rl.learning_rate"] == "3e-05" and demo.rl.learning_rate == 1e-5
+    assert load_config(DEMO, [learning.parse_override("rl.learning_rate=3e-05")]).rl.learning_rate == 3e-5
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
     assert values["rl.num_generations"] == str(2 * demo.rl.num_generations)
     assert values["rl.per_device_batch_size"] == str(2 * demo.rl.per_device_batch_size)
@@ -53,6 +56,7 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert scaled.rl.num_generations == 4 and scaled.rl.per_device_batch_size % scaled.rl.num_generations == 0
     # Given steps are the user's: counted as optimizer steps, with the prompts a step they give or 4.
     assert _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.max_steps=5"]))["rl.max_steps"] == "5"
+    assert "rl.learning_rate" not in _values(learning.scaled_budgets(DEMO, ["rl.learning_rate=1e-6"]))
     one = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.gradient_accumulation_steps=1"]))
     assert one["rl.max_steps"] == str(6 * demo.rl.max_steps) and "rl.steps_per_generation" not in one
 
