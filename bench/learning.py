@@ -54,7 +54,8 @@ export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 20
 at cc30809 in a copy of that run's workspace, its base and cpt answers found in the LLM cache (cpt 10 min, sft 4, rl 18,
 evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cached (cpt 13, sft 3.5, rl 14, evaluate
 4.5); 41 min 5 s in a fresh clone of 18ca645 with RL's 4 prompts a step, a test suite beside it for 11 minutes (cpt
-13, sft 3, rl 18, evaluate 6).
+13, sft 3, rl 18, evaluate 6); 45 min 53 s in a fresh clone of 675d27c with RL at 3e-5, a test suite and another run
+beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
