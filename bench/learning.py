@@ -30,7 +30,7 @@ Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fi
   cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
   rl.num_generations x2 (with rl.per_device_batch_size x2, so that a micro-batch holds one whole group), 4 groups
   an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps
-  divided by 4), rl.learning_rate x3 (RL_LEARNING_RATE_FACTOR), validation.max_queries x4 (the stages' before/after
+  divided by 4), rl.learning_rate x3, validation.max_queries x4 (the stages' before/after
   and the export's choice on 32 targets, not 8).
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
@@ -110,6 +110,10 @@ BUDGETS = (
     # 15 minutes hold groups of 2 only. The batch doubles with the group, so that a step holds one whole group.
     ("rl", "num_generations", 2),
     ("rl", "per_device_batch_size", 2),
+    # One pass over each rollout batch (num_iterations 1): GSPO's clip never binds, the learning rate is the step
+    # size. Chosen on the validation pool (2026-12-03, from the same SFT checkpoint, 12 steps of 4 prompts, by a rule
+    # fixed beforehand): 3e-5 moved it 49.1 -> 52.7, 1e-5 -> 51.4.
+    ("rl", "learning_rate", 3),
     ("validation", "max_queries", 4),
 )
 # RL's prompts (groups) an optimizer step: TRL's gradient_accumulation_steps, generated at once. rl.max_steps x6
@@ -117,10 +121,6 @@ BUDGETS = (
 # SFT checkpoint, by a rule fixed beforehand): 12 steps of 4 prompts moved it +2.3 [+0.4, +4.7], 48 steps of one
 # -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4]: each update the mean of 4 prompts', not one prompt's.
 RL_PROMPTS_PER_STEP = 4
-# RL's learning rate x3 (1e-5 -> 3e-5 on the demo config): with one pass over each rollout batch (num_iterations 1)
-# GSPO's clip never binds and the learning rate is the step size. Chosen on the validation pool (2026-12-03, from the
-# same SFT checkpoint, 12 steps of 4 prompts, by a rule fixed beforehand): 3e-5 moved it 49.1 -> 52.7, 1e-5 -> 51.4.
-RL_LEARNING_RATE_FACTOR = 3
 # The overall row's columns: the judge's score (0-100), teacher-forced CE of the real observation (nats a
 # token, lower is better), semantic and exact match rates, the share of answers that parsed in the format.
 METRICS = ("score", "observation_ce", "semantic_match", "exact_match", "parse_rate")
@@ -155,10 +155,8 @@ def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
             if (section, field) == ("rl", "max_steps") and "rl.gradient_accumulation_steps" not in fields_given:
                 value = max(1, value * factor // RL_PROMPTS_PER_STEP)  # the same groups, RL_PROMPTS_PER_STEP a step
                 factor = 1
-            overrides.append(f"{section}.{field}={value * factor}")
-    if "rl.learning_rate" not in fields_given:
-        # %g: 3e-05, not 3.0000000000000004e-05, so that the run's fingerprint is the one a `--set` of it gives.
-        overrides.append(f"rl.learning_rate={config.rl.learning_rate * RL_LEARNING_RATE_FACTOR:g}")
+            # %g: 3e-05, not 3.0000000000000004e-05, so that a run's fingerprint is the one a `--set` of it gives.
+            overrides.append(f"{section}.{field}={value * factor:g}")
     if "rl.gradient_accumulation_steps" not in fields_given:
         overrides.append(f"rl.gradient_accumulation_steps={RL_PROMPTS_PER_STEP}")
         if "rl.steps_per_generation" not in fields_given:
