@@ -27,11 +27,10 @@ tokenizer, the budget `simulacra evaluate` requires (917 tokens on the default s
 A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra evaluate` says how much.
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
-  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
+  cpt.max_steps x2, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
   rl.num_generations x2 (with rl.per_device_batch_size x2, so that a micro-batch holds one whole group), 4 groups
   an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps
-  divided by 4), rl.learning_rate x3, validation.max_queries x4 (the stages' before/after
-  and the export's choice on 32 targets, not 8).
+  divided by 4), rl.learning_rate x3. The validation pool is the demo's 32 targets.
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
@@ -43,7 +42,8 @@ groups) +2.3 [+0.4, +4.7], so RL trains 4 prompts a step; at 3e-5 in place of 1e
 validation to 43.4 against 43.9 (CE 0.632 against 0.795). Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
-How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
+How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 (before bf16 autocast on CPUs that have
+it, `model.mixed_precision`: an optimizer step 2.35x faster since) from unit costs measured on
 2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
 750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 6 min and its two
 validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 20-25 min (48 steps of 4
@@ -101,7 +101,8 @@ PUBLIC_PATHS = ("agentbench_alfworld", "react_alfworld", "mini_swe_agent")
 ITEMS_PER_PATH = 51
 # (section, field, factor): the demo's budgets scaled to a run long enough for each stage to move the scores.
 BUDGETS = (
-    ("cpt", "max_steps", 4),
+    # 32 steps of 1,024 tokens: 64 moved the validation score 43.9 -> 43.4 (2026-12-03, docs/performance.md).
+    ("cpt", "max_steps", 2),
     ("sft", "max_queries", 3),
     ("sft", "max_steps", 3),
     ("rl", "max_steps", 6),
@@ -114,7 +115,6 @@ BUDGETS = (
     # size. Chosen on the validation pool (2026-12-03, from the same SFT checkpoint, 12 steps of 4 prompts, by a rule
     # fixed beforehand): 3e-5 moved it 49.1 -> 52.7, 1e-5 -> 51.4.
     ("rl", "learning_rate", 3),
-    ("validation", "max_queries", 4),
 )
 # RL's prompts (groups) an optimizer step: TRL's gradient_accumulation_steps, generated at once. rl.max_steps x6
 # counts groups, so these make 48 groups 12 steps of 4. Chosen on the validation pool (2026-12-03, from 94da898's

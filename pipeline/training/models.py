@@ -92,6 +92,28 @@ def training_dtype(choice: str):
     return getattr(torch, choice)
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX tiles); elsewhere torch
+    emulates it, slower than float32."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def bf16_mixed_precision(choice: str, dtype_choice: str) -> bool:
+    """Whether training runs under bfloat16 autocast (`model.mixed_precision`; the weights keep
+    `model.dtype`). Never with float16 weights: autocast would mix the two half formats."""
+    import torch
+
+    if training_dtype(dtype_choice) == torch.float16 or choice == "none":
+        return False
+    if choice == "bf16":
+        return True
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return not torch.accelerator.is_available() and cpu_has_bf16()
+
+
 def load_tokenizer(ref: str, trust_remote_code: bool = False):
     """The tokenizer of `ref`, with a pad token (base models often lack one: pad with end-of-sequence,
     harmless because padded positions are masked out of attention and loss)."""

@@ -27,7 +27,7 @@ no logits cross processes (nor exist in full anywhere).
 
 Trainer settings the run fixes itself: cosine schedule, `save_total_limit` 2, logging every 1% of
 the steps, no evaluation during training (step 0 and the end only), CPU when there is no
-accelerator, bf16 where the GPU supports it unless the model dtype is float16.
+accelerator, bf16 autocast as `model.mixed_precision` says (auto: a GPU or CPU with bfloat16 arithmetic).
 """
 
 import json
@@ -52,11 +52,11 @@ from pipeline.training.checkpoints import (
 )
 from pipeline.training.mask_epochs import mask_epochs_callback
 from pipeline.training.models import (
+    bf16_mixed_precision,
     ensure_chatml_tokens,
     load_causal_lm,
     load_tokenizer,
     packed_attention_implementation,
-    training_dtype,
 )
 from pipeline.training.packing import PackedCollator, PackedSequences
 from pipeline.training.sequences import ParquetSequences
@@ -230,7 +230,6 @@ def _training_arguments(config, job: TrainingJob, fresh: bool, has_eval: bool, a
     from transformers import TrainingArguments
 
     settings = job.settings
-    on_cuda = torch.cuda.is_available()
     return TrainingArguments(
         **activation_checkpointing_arguments(TrainingArguments, settings.gradient_checkpointing),
         output_dir=str(job.trainer_dir),
@@ -251,7 +250,7 @@ def _training_arguments(config, job: TrainingJob, fresh: bool, has_eval: bool, a
         seed=settings.seed,
         data_seed=settings.seed,
         use_cpu=not torch.accelerator.is_available(),
-        bf16=on_cuda and torch.cuda.is_bf16_supported() and training_dtype(config.model.dtype) != torch.float16,
+        bf16=bf16_mixed_precision(config.model.mixed_precision, config.model.dtype),
         include_num_input_tokens_seen="non_padding",
         remove_unused_columns=False,
         report_to="none",

@@ -1,0 +1,111 @@
+"""`model.mixed_precision`: which runs train under bfloat16 autocast, and that the Trainer really does so on a CPU."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.config.model import TinyModelConfig
+from pipeline.training import models
+from pipeline.training.models import bf16_mixed_precision
+from pipeline.training.tiny_model import build_tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize(
+    ("choice", "dtype", "cpu_bf16", "expected"),
+    [
+        ("auto", "auto", True, True),  # AVX512-BF16 or AMX: autocast pays
+        ("auto", "auto", False, False),  # emulated bfloat16 is slower than float32
+        ("auto", "float32", True, True),  # the weights stay float32 either way
+        ("none", "auto", True, False),
+        ("bf16", "auto", False, True),  # asked for: done even where it is emulated
+        ("bf16", "float16", True, False),  # never two half formats at once
+        ("auto", "float16", True, False),
+    ],
+)
+def test_the_choice_on_a_cpu(cpu_only, monkeypatch, choice, dtype, cpu_bf16, expected):
+    monkeypatch.setattr(models, "cpu_has_bf16", lambda: cpu_bf16)
+    assert bf16_mixed_precision(choice, dtype) is expected
+
+
+def _config(tmp_path, choice: str):
+    return load_config(
+        REPO / "data" / "configs" / "demo.yaml",
+        [{"workspace": {"path": str(tmp_path)}, "model": {"mixed_precision": choice}}],
+    )
+
+
+@pytest.mark.parametrize("choice", ["bf16", "none"])
+def test_cpt_sft_and_rl_pass_the_choice_to_their_trainers(tmp_path, choice):
+    from pipeline.rl.training import grpo_arguments
+    from pipeline.training.trainer import TrainingJob, _training_arguments
+
+    config = _config(tmp_path, choice)
+    for stage in ("cpt", "sft"):
+        job = TrainingJob(
+            stage=stage,
+            progress_label=stage,
+            base_ref="tiny",
+            train_files=[],
+            eval_files=[],
+            trainer_dir=tmp_path / stage / "trainer",
+            model_dir=tmp_path / stage / "model",
+            settings=getattr(config, stage),
+        )
+        assert _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1).bf16 is (choice == "bf16")
+    assert grpo_arguments(config, tmp_path / "rl", [0.9, 0.1]).bf16 is (choice == "bf16")
+
+
+@pytest.mark.parametrize("choice", ["bf16", "none"])
+def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_path, choice):
+    """A real optimizer step of the tiny model through the Trainer with the arguments CPT builds: under bf16 the
+    projections compute in bfloat16, the weights stay float32 and move."""
+    import torch
+    from transformers import Trainer
+
+    from pipeline.training.trainer import TrainingJob, _training_arguments
+
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(" ".join(rng.choice("ls cat grep total file".split()) for _ in range(12)) for _ in range(300))
+    )
+    folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path / "tiny")
+    model = models.load_causal_lm(str(folder), "float32")
+    config = _config(tmp_path, choice)
+    job = TrainingJob(
+        stage="cpt",
+        progress_label="cpt",
+        base_ref=str(folder),
+        train_files=[],
+        eval_files=[],
+        trainer_dir=tmp_path / "trainer",
+        model_dir=tmp_path / "model",
+        settings=config.cpt.model_copy(update={"max_steps": 1, "warmup_fraction": 0.0}),
+    )
+    args = _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1)
+    args.use_cpu = True  # the device machine has a GPU: this is the CPU path
+    ids = torch.randint(0, model.config.vocab_size, (32,))
+    rows = [{"input_ids": ids, "labels": ids.clone()}] * 4
+
+    seen: list[torch.dtype] = []
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda module, inputs, out: seen.append(out.dtype))
+    before = model.model.layers[0].mlp.down_proj.weight.detach().clone()
+    Trainer(model=model, args=args, train_dataset=rows).train()
+
+    expected = torch.bfloat16 if choice == "bf16" else torch.float32
+    assert seen and set(seen) == {expected}
+    weight = model.model.layers[0].mlp.down_proj.weight
+    assert weight.dtype == torch.float32
+    assert not torch.equal(weight.detach(), before)
