@@ -25,9 +25,9 @@ def cpu_only(monkeypatch):
 @pytest.mark.parametrize(
     ("choice", "dtype", "cpu_bf16", "expected"),
     [
-        ("auto", "auto", True, True),  # AVX512-BF16 or AMX: autocast pays
-        ("auto", "auto", False, False),  # emulated bfloat16 is slower than float32
-        ("auto", "float32", True, True),  # the weights stay float32 either way
+        # A CPU's bfloat16 instructions make a step faster, but SFT and RL learnt less so: auto keeps float32.
+        ("auto", "auto", True, False),
+        ("auto", "auto", False, False),
         ("none", "auto", True, False),
         ("bf16", "auto", False, True),  # asked for: done even where it is emulated
         ("bf16", "float16", True, False),  # never two half formats at once

@@ -97,6 +97,7 @@ def cpu_has_bf16() -> bool:
     emulates it, slower than float32."""
     import torch
 
+    # torch's own CPUID checks (private in 2.13; no public equivalent): `lscpu` flags avx512_bf16 / amx_bf16.
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
@@ -109,9 +110,9 @@ def bf16_mixed_precision(choice: str, dtype_choice: str) -> bool:
         return False
     if choice == "bf16":
         return True
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return not torch.accelerator.is_available() and cpu_has_bf16()
+    # auto: a GPU's. Not a CPU's, although AVX512-BF16 makes a step 2.35x faster: at `make learn`'s budgets SFT and RL
+    # trained so scored measurably lower on the validation pool (docs/performance.md, 2026-12-03, evening).
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 def load_tokenizer(ref: str, trust_remote_code: bool = False):
