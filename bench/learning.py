@@ -27,10 +27,10 @@ tokenizer, the budget `simulacra evaluate` requires (917 tokens on the default s
 A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra evaluate` says how much.
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
-  cpt.max_steps x2, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups, rl.max_prompts x3,
-  rl.num_generations x2 (with rl.per_device_batch_size x2, so that a micro-batch holds one whole group), 4 groups
-  an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps
-  divided by 4), rl.learning_rate x3. The validation pool is the demo's 32 targets.
+  cpt.max_steps x4, sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups (of 4 completions, the
+  demo's), rl.max_prompts x3, 4 groups an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and
+  rl.steps_per_generation 4, rl.max_steps divided by 4), rl.learning_rate x3. The validation pool is the demo's 32
+  targets.
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
@@ -102,15 +102,11 @@ ITEMS_PER_PATH = 51
 # (section, field, factor): the demo's budgets scaled to a run long enough for each stage to move the scores.
 BUDGETS = (
     # 32 steps of 1,024 tokens: 64 moved the validation score 43.9 -> 43.4 (2026-12-03, docs/performance.md).
-    ("cpt", "max_steps", 2),
+    ("cpt", "max_steps", 4),
     ("sft", "max_queries", 3),
     ("sft", "max_steps", 3),
     ("rl", "max_steps", 6),
     ("rl", "max_prompts", 3),
-    # Within a group of 2 any two different rewards become the same +0.71 and -0.71; 4 rank them. The demo's
-    # 15 minutes hold groups of 2 only. The batch doubles with the group, so that a step holds one whole group.
-    ("rl", "num_generations", 2),
-    ("rl", "per_device_batch_size", 2),
     # One pass over each rollout batch (num_iterations 1): GSPO's clip never binds, the learning rate is the step
     # size. Chosen on the validation pool (2026-12-03, from the same SFT checkpoint, 12 steps of 4 prompts, by a rule
     # fixed beforehand): 3e-5 moved it 49.1 -> 52.7, 1e-5 -> 51.4.

@@ -30,7 +30,7 @@ def _values(overrides: list[str]) -> dict[str, str]:
 def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_taken_as_given(learning, tmp_path):
     demo = load_config(DEMO)
     values = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["cpt.max_steps=2", "model.base=null"]))
-    assert values["cpt.max_steps"] == "2"  # the user's, not 2 x 2 or 2 x the demo's
+    assert values["cpt.max_steps"] == "2"  # the user's, not 4 x 2 or 4 x the demo's
     assert values["sft.max_queries"] == str(3 * demo.sft.max_queries)
     assert values["sft.max_steps"] == str(3 * demo.sft.max_steps)
     # 6 x the demo's groups, 4 of them (4 prompts) an optimizer step.
@@ -40,8 +40,8 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["rl.learning_rate"] == "3e-05" and demo.rl.learning_rate == 1e-5
     assert load_config(DEMO, [learning.parse_override("rl.learning_rate=3e-05")]).rl.learning_rate == 3e-5
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
-    assert values["rl.num_generations"] == str(2 * demo.rl.num_generations)
-    assert values["rl.per_device_batch_size"] == str(2 * demo.rl.per_device_batch_size)
+    # Groups of 4, the demo's own: not scaled.
+    assert "rl.num_generations" not in values and "rl.per_device_batch_size" not in values
     # The stages' before/after and the export's choice on the demo's own 32 validation targets.
     assert "validation.max_queries" not in values and demo.validation.max_queries == 32
     assert values["workspace.path"] == str(tmp_path / "ws")
@@ -54,7 +54,7 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     given = learning.bench_overrides(DEMO, tmp_path / "ws", ["evaluate.benchmark.max_history_chars=null"])
     assert _values(given)["evaluate.benchmark.max_history_chars"] == "null"
     scaled = load_config(DEMO, [learning.parse_override(text) for text in given])
-    assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == 2 * demo.cpt.max_steps
+    assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == 4 * demo.cpt.max_steps
     assert scaled.rl.num_generations == 4 and scaled.rl.per_device_batch_size % scaled.rl.num_generations == 0
     # Given steps are the user's: counted as optimizer steps, with the prompts a step they give or 4.
     assert _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.max_steps=5"]))["rl.max_steps"] == "5"
