@@ -42,8 +42,12 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
     # Groups of 4, the demo's own: not scaled.
     assert "rl.num_generations" not in values and "rl.per_device_batch_size" not in values
-    # The stages' before/after and the export's choice on the demo's own 32 validation targets.
-    assert "validation.max_queries" not in values and demo.validation.max_queries == 32
+    # The stages' before/after and the export's choice on the demo's own validation targets.
+    assert values["validation.max_queries"] == "32" and demo.validation.max_queries == 24
+    assert (
+        _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["validation.max_queries=8"]))["validation.max_queries"]
+        == "8"
+    )
     assert values["workspace.path"] == str(tmp_path / "ws")
     # A benchmark item gets the history the checkpoints were trained on, unless the user says otherwise.
     assert values["evaluate.benchmark.max_history_chars"] == str(demo.evaluate.max_history_chars)
