@@ -42,8 +42,7 @@ groups) +2.3 [+0.4, +4.7], so RL trains 4 prompts a step; at 3e-5 in place of 1e
 validation to 43.4 against 43.9 (CE 0.632 against 0.795). Every stage's checkpoint is
 evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped one only).
 
-How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 (before bf16 autocast on CPUs that have
-it, `model.mixed_precision`: an optimizer step 2.35x faster since) from unit costs measured on
+How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
 2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
 750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 6 min and its two
 validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 20-25 min (48 steps of 4
@@ -55,7 +54,8 @@ at cc30809 in a copy of that run's workspace, its base and cpt answers found in 
 evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cached (cpt 13, sft 3.5, rl 14, evaluate
 4.5); 41 min 5 s in a fresh clone of 18ca645 with RL's 4 prompts a step, a test suite beside it for 11 minutes (cpt
 13, sft 3, rl 18, evaluate 6); 45 min 53 s in a fresh clone of 675d27c with RL at 3e-5, a test suite and another run
-beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6).
+beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6); 30 min 58 s in a fresh clone of af96bde, whose CPU
+default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);

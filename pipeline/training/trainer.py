@@ -27,7 +27,7 @@ no logits cross processes (nor exist in full anywhere).
 
 Trainer settings the run fixes itself: cosine schedule, `save_total_limit` 2, logging every 1% of
 the steps, no evaluation during training (step 0 and the end only), CPU when there is no
-accelerator, bf16 autocast as `model.mixed_precision` says (auto: a GPU or CPU with bfloat16 arithmetic).
+accelerator, bf16 autocast as `model.mixed_precision` says (auto: on a GPU that supports it).
 """
 
 import json
