@@ -19,23 +19,21 @@ def cpu_only(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
 
 
 @pytest.mark.parametrize(
-    ("choice", "dtype", "cpu_bf16", "expected"),
+    ("choice", "dtype", "expected"),
     [
-        # A CPU's bfloat16 instructions make a step faster, but SFT and RL learnt less so: auto keeps float32.
-        ("auto", "auto", True, False),
-        ("auto", "auto", False, False),
-        ("none", "auto", True, False),
-        ("bf16", "auto", False, True),  # asked for: done even where it is emulated
-        ("bf16", "float16", True, False),  # never two half formats at once
-        ("auto", "float16", True, False),
+        # Even where the CPU has bfloat16 instructions (a step 2.35x faster), SFT and RL learnt less so: auto keeps
+        # float32 on a CPU.
+        ("auto", "auto", False),
+        ("none", "auto", False),
+        ("bf16", "auto", True),  # asked for: done, emulated where the CPU lacks the instructions
+        ("bf16", "float16", False),  # never two half formats at once
+        ("auto", "float16", False),
     ],
 )
-def test_the_choice_on_a_cpu(cpu_only, monkeypatch, choice, dtype, cpu_bf16, expected):
-    monkeypatch.setattr(models, "cpu_has_bf16", lambda: cpu_bf16)
+def test_the_choice_on_a_cpu(cpu_only, choice, dtype, expected):
     assert bf16_mixed_precision(choice, dtype) is expected
 
 

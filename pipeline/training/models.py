@@ -92,15 +92,6 @@ def training_dtype(choice: str):
     return getattr(torch, choice)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX tiles); elsewhere torch
-    emulates it, slower than float32."""
-    import torch
-
-    # torch's own CPUID checks (private in 2.13; no public equivalent): `lscpu` flags avx512_bf16 / amx_bf16.
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
 def bf16_mixed_precision(choice: str, dtype_choice: str) -> bool:
     """Whether training runs under bfloat16 autocast (`model.mixed_precision`; the weights keep
     `model.dtype`). Never with float16 weights: autocast would mix the two half formats."""
