@@ -55,7 +55,8 @@ evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cach
 4.5); 41 min 5 s in a fresh clone of 18ca645 with RL's 4 prompts a step, a test suite beside it for 11 minutes (cpt
 13, sft 3, rl 18, evaluate 6); 45 min 53 s in a fresh clone of 675d27c with RL at 3e-5, a test suite and another run
 beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6); 30 min 58 s in a fresh clone of af96bde, whose CPU
-default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6).
+default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6); 40 min 29 s in a fresh clone of
+2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
