@@ -66,11 +66,9 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 512])
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per variant (after one warm-up)")
     args = parser.parse_args()
-    import torch
+    from pipeline.training.models import cpu_has_bf16
 
-    # torch's own CPUID checks (private in 2.13; no public equivalent): `lscpu` flags avx512_bf16 / amx_bf16.
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    print(f"bfloat16 instructions on this CPU (AVX512-BF16 or AMX): {'yes' if native else 'no'}")
+    print(f"bfloat16 instructions on this CPU (AVX512-BF16 or AMX): {'yes' if cpu_has_bf16() else 'no'}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = model_folder(args.model, Path(tmp))
         variants = {"full": _variant(folder, False), "bf16": _variant(folder, False), "lora": _variant(folder, True)}

@@ -30,7 +30,13 @@ def _values(overrides: list[str]) -> dict[str, str]:
 def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_taken_as_given(learning, tmp_path):
     demo = load_config(DEMO)
     values = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["cpt.max_steps=2", "model.base=null"]))
-    assert values["cpt.max_steps"] == "2"  # the user's, not 4 x 2 or 4 x the demo's
+    assert values["cpt.max_steps"] == "2"  # the user's
+    # CPT's arithmetic is the model's (float32 on a CPU), where the demo's CPT runs in bf16 where the CPU has it.
+    assert demo.cpt.mixed_precision == "native-bf16" and values["cpt.mixed_precision"] == "null"
+    assert (
+        _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["cpt.mixed_precision=bf16"]))["cpt.mixed_precision"]
+        == "bf16"
+    )
     assert values["sft.max_queries"] == str(3 * demo.sft.max_queries)
     assert values["sft.max_steps"] == str(3 * demo.sft.max_steps)
     # 6 x the demo's groups, 4 of them (4 prompts) an optimizer step.
@@ -58,7 +64,8 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     given = learning.bench_overrides(DEMO, tmp_path / "ws", ["evaluate.benchmark.max_history_chars=null"])
     assert _values(given)["evaluate.benchmark.max_history_chars"] == "null"
     scaled = load_config(DEMO, [learning.parse_override(text) for text in given])
-    assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == 4 * demo.cpt.max_steps
+    assert scaled.evaluate.benchmark.max_history_chars is None and scaled.cpt.max_steps == demo.cpt.max_steps == 32
+    assert scaled.cpt.mixed_precision is None and scaled.model.mixed_precision == "auto"
     assert scaled.rl.num_generations == 4 and scaled.rl.per_device_batch_size % scaled.rl.num_generations == 0
     # Given steps are the user's: counted as optimizer steps, with the prompts a step they give or 4.
     assert _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.max_steps=5"]))["rl.max_steps"] == "5"

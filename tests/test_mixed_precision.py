@@ -1,4 +1,4 @@
-"""`model.mixed_precision`: which runs train under bfloat16 autocast, and that the Trainer really does so on a CPU."""
+"""`model.mixed_precision` and a stage's own: which runs train under bfloat16 autocast, and that the Trainer really does so on a CPU."""
 
 import random
 from pathlib import Path
@@ -37,10 +37,46 @@ def test_the_choice_on_a_cpu(cpu_only, choice, dtype, expected):
     assert bf16_mixed_precision(choice, dtype) is expected
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_native_bf16_follows_the_cpus_instructions(cpu_only, monkeypatch, native):
+    """`native-bf16`: bf16 where the CPU computes it (AVX512-BF16 or AMX), float32 where torch would emulate it,
+    1.28x slower than float32."""
+    import torch
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(models, "cpu_has_bf16", lambda: native)
+    assert bf16_mixed_precision("native-bf16", "auto") is native
+    assert bf16_mixed_precision("native-bf16", "float16") is False
+
+
+def test_a_stages_own_choice_overrides_the_models(tmp_path):
+    config = load_config(
+        REPO / "data" / "configs" / "demo.yaml",
+        [
+            {
+                "workspace": {"path": str(tmp_path)},
+                "model": {"mixed_precision": "bf16"},
+                "rl": {"mixed_precision": "none"},
+            }
+        ],
+    )
+    assert models.mixed_precision_choice(config, config.cpt) == "native-bf16"  # the demo's CPT
+    assert models.mixed_precision_choice(config, config.sft) == "bf16"  # the model's
+    assert models.mixed_precision_choice(config, config.rl) == "none"
+    assert models.mixed_precision_choice(config) == "bf16"
+
+
 def _config(tmp_path, choice: str):
+    # Every stage the model's choice (the demo sets CPT's own).
     return load_config(
         REPO / "data" / "configs" / "demo.yaml",
-        [{"workspace": {"path": str(tmp_path)}, "model": {"mixed_precision": choice}}],
+        [
+            {
+                "workspace": {"path": str(tmp_path)},
+                "model": {"mixed_precision": choice},
+                "cpt": {"mixed_precision": None},
+            }
+        ],
     )
 
 

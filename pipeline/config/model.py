@@ -6,6 +6,10 @@ from pydantic import Field
 
 from pipeline.config.base import Section
 
+# Training arithmetic (pipeline/training/models.py `bf16_mixed_precision`): `model.mixed_precision` for every
+# training stage, a stage's own `mixed_precision` where it sets one.
+MixedPrecision = Literal["auto", "bf16", "native-bf16", "none"]
+
 
 class TinyModelConfig(Section):
     """A randomly initialised model built offline, for tests and the demo (no model hub here)."""
@@ -35,14 +39,16 @@ class ModelConfig(Section):
         default="auto",
         description="Weights dtype for loading `base`; auto picks bfloat16 on a GPU that supports it, float32 on CPU.",
     )
-    mixed_precision: Literal["auto", "bf16", "none"] = Field(
+    mixed_precision: MixedPrecision = Field(
         default="auto",
         description="Training arithmetic: `bf16` runs the matmuls of CPT, SFT and RL in bfloat16 under autocast "
-        "while the weights and AdamW's state stay in `dtype`; `none`: no autocast, the arithmetic of `dtype`. auto: "
-        "bf16 on a CUDA GPU that supports it, `none` elsewhere. On a CPU with bfloat16 instructions (AVX512-BF16 or "
-        "AMX) `bf16` makes a step of the demo's 135M model 2.35x faster (bench/cpu_training_step.py), but at `make "
-        "learn`'s budgets SFT and RL trained so scored measurably lower on the validation pool; without those "
-        "instructions bfloat16 is emulated and slower. Never with float16 weights.",
+        "while the weights and AdamW's state stay in `dtype`; `none`: no autocast, the arithmetic of `dtype`; "
+        "`native-bf16`: bf16 where the hardware computes bfloat16 itself (a CUDA GPU that supports it, a CPU with "
+        "AVX512-BF16 or AMX), `none` elsewhere. auto: bf16 on a CUDA GPU that supports it, `none` elsewhere. On a "
+        "CPU with those instructions `bf16` makes a step of the demo's 135M model 2.35x faster "
+        "(bench/cpu_training_step.py), but at `make learn`'s budgets SFT and RL trained so scored measurably lower "
+        "on the validation pool (CPT did not); without them bfloat16 is emulated, 1.28x slower than float32. A "
+        "stage's own `mixed_precision` (cpt, sft, rl) overrides this one. Never with float16 weights.",
     )
     trust_remote_code: bool = Field(
         default=False, description="Passed to from_pretrained; off because model code from outside is untrusted."

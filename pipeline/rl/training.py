@@ -10,7 +10,7 @@ for a decay to follow), `save_total_limit` 2, one log entry per optimizer step (
 curve), each reward standardised within its group before the 9:1 weights apply
 (`multi_objective_aggregation="normalize_then_sum"` by default, issue 17 item 6: a reward that ties in
 a group adds no contrast, the other keeps its weight; tests/test_rl_advantages.py), CPU when there is no accelerator, bf16 autocast
-as `model.mixed_precision` says. Checkpoints go through `AtomicCheckpoints` (pipeline/training/checkpoints.py): they
+as `rl.mixed_precision` says, else `model.mixed_precision`. Checkpoints go through `AtomicCheckpoints` (pipeline/training/checkpoints.py): they
 appear whole or not at all, and a rerun resumes from the newest complete one.
 """
 
@@ -30,7 +30,7 @@ from pipeline.training.checkpoints import (
     resume_checkpoint,
     save_model_atomic,
 )
-from pipeline.training.models import bf16_mixed_precision, load_causal_lm
+from pipeline.training.models import bf16_mixed_precision, load_causal_lm, mixed_precision_choice
 from pipeline.training.tiny_model import IM_END
 from pipeline.training.trainer import run_callbacks
 
@@ -149,7 +149,7 @@ def grpo_arguments(config, trainer_dir: Path, reward_weights: Sequence[float]):
         log_completions=False,
         # devices and memory
         use_cpu=not torch.accelerator.is_available(),
-        bf16=bf16_mixed_precision(config.model.mixed_precision, config.model.dtype),
+        bf16=bf16_mixed_precision(mixed_precision_choice(config, rl), config.model.dtype),
         **activation_checkpointing_arguments(GRPOConfig, gpu.gradient_checkpointing),
         use_liger_kernel=gpu.liger_layer_kernels,
         remove_unused_columns=False,

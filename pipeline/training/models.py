@@ -92,18 +92,36 @@ def training_dtype(choice: str):
     return getattr(torch, choice)
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX tiles); elsewhere torch
+    emulates it, 1.28x slower than float32 (bench/cpu_training_step.py with oneDNN held below AVX512-BF16)."""
+    import torch
+
+    # torch's own CPUID checks (private in 2.13; no public equivalent): `lscpu` flags avx512_bf16 / amx_bf16.
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def mixed_precision_choice(config, stage_settings=None) -> str:
+    """A training stage's `mixed_precision`, else `model.mixed_precision`."""
+    own = getattr(stage_settings, "mixed_precision", None)
+    return own if own is not None else config.model.mixed_precision
+
+
 def bf16_mixed_precision(choice: str, dtype_choice: str) -> bool:
-    """Whether training runs under bfloat16 autocast (`model.mixed_precision`; the weights keep
-    `model.dtype`). Never with float16 weights: autocast would mix the two half formats."""
+    """Whether training runs under bfloat16 autocast (`mixed_precision`; the weights keep `model.dtype`). Never
+    with float16 weights: autocast would mix the two half formats."""
     import torch
 
     if training_dtype(dtype_choice) == torch.float16 or choice == "none":
         return False
     if choice == "bf16":
         return True
+    gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if choice == "native-bf16":
+        return gpu or (not torch.accelerator.is_available() and cpu_has_bf16())
     # auto: a GPU's. Not a CPU's, although AVX512-BF16 makes a step 2.35x faster: at `make learn`'s budgets SFT and RL
     # trained so scored measurably lower on the validation pool (docs/performance.md, 2026-12-03, evening).
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return gpu
 
 
 def load_tokenizer(ref: str, trust_remote_code: bool = False):

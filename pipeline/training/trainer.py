@@ -27,7 +27,8 @@ no logits cross processes (nor exist in full anywhere).
 
 Trainer settings the run fixes itself: cosine schedule, `save_total_limit` 2, logging every 1% of
 the steps, no evaluation during training (step 0 and the end only), CPU when there is no
-accelerator, bf16 autocast as `model.mixed_precision` says (auto: on a GPU that supports it).
+accelerator, bf16 autocast as the stage's `mixed_precision` says, else `model.mixed_precision` (auto: on a
+GPU that supports it).
 """
 
 import json
@@ -56,6 +57,7 @@ from pipeline.training.models import (
     ensure_chatml_tokens,
     load_causal_lm,
     load_tokenizer,
+    mixed_precision_choice,
     packed_attention_implementation,
 )
 from pipeline.training.packing import PackedCollator, PackedSequences
@@ -250,7 +252,7 @@ def _training_arguments(config, job: TrainingJob, fresh: bool, has_eval: bool, a
         seed=settings.seed,
         data_seed=settings.seed,
         use_cpu=not torch.accelerator.is_available(),
-        bf16=bf16_mixed_precision(config.model.mixed_precision, config.model.dtype),
+        bf16=bf16_mixed_precision(mixed_precision_choice(config, settings), config.model.dtype),
         include_num_input_tokens_seen="non_padding",
         remove_unused_columns=False,
         report_to="none",
