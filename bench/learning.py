@@ -118,6 +118,8 @@ BUDGETS = (
 # CPU), as in the runs that chose the budgets above, where the demo's CPT runs under bf16 autocast on a CPU with
 # bfloat16 instructions.
 UNSET = ("cpt.mixed_precision",)
+# And RL's groups: 4 completions a prompt, as in the runs that chose RL's budget, where the demo trains groups of 2.
+FIXED = (("rl.num_generations", "4"), ("rl.per_device_batch_size", "4"))
 # Validation targets: 32 of the demo's 57 (the demo asks 24), intervals of about +-5 points on a stage's change.
 VALIDATION_TARGETS = 32
 # RL's prompts (groups) an optimizer step: TRL's gradient_accumulation_steps, generated at once. rl.max_steps x6
@@ -162,6 +164,7 @@ def scaled_budgets(config_path: Path, given: list[str]) -> list[str]:
             # %g: 3e-05, not 3.0000000000000004e-05, so that a run's fingerprint is the one a `--set` of it gives.
             overrides.append(f"{section}.{field}={value * factor:g}")
     overrides += [f"{field}=null" for field in UNSET if field not in fields_given]
+    overrides += [f"{field}={value}" for field, value in FIXED if field not in fields_given]
     if "rl.gradient_accumulation_steps" not in fields_given:
         overrides.append(f"rl.gradient_accumulation_steps={RL_PROMPTS_PER_STEP}")
         if "rl.steps_per_generation" not in fields_given:
