@@ -28,10 +28,10 @@ A thinking run (`answers.thinking: true`) needs its thinking on top: `simulacra 
 
 Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fields is taken as given:
   cpt.max_steps as the demo's (32), cpt.mixed_precision the model's (UNSET: float32 on a CPU, where the demo's CPT
-  runs under bf16 autocast on a CPU with bfloat16 instructions), sft.max_queries x3, sft.max_steps x3, rl.max_steps x6 in groups (of 4 completions, the
-  demo's), rl.max_prompts x3, 4 groups an RL step (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and
-  rl.steps_per_generation 4, rl.max_steps divided by 4), rl.learning_rate x3; and 32 validation targets
-  (VALIDATION_TARGETS; the demo asks 24).
+  runs under bf16 autocast on a CPU with bfloat16 instructions), sft.max_queries x3, sft.max_steps x3, rl.max_steps
+  x6 in groups of 4 completions (FIXED, where the demo trains groups of 2), rl.max_prompts x3, 4 groups an RL step
+  (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps divided by 4),
+  rl.learning_rate x3; and 32 validation targets (VALIDATION_TARGETS; the demo asks 24).
 On the demo config: 32 CPT steps of 1,024 tokens; 18 SFT steps of 1,024 tokens on up to 192 queries (the
 direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the

@@ -48,7 +48,9 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     assert values["rl.max_prompts"] == str(3 * demo.rl.max_prompts)
     # Groups of 4, as in the runs that chose RL's budget, where the demo trains groups of 2; the user's if given.
     assert demo.rl.num_generations == 2 and values["rl.num_generations"] == values["rl.per_device_batch_size"] == "4"
-    eights = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.num_generations=8", "rl.per_device_batch_size=8"]))
+    eights = _values(
+        learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.num_generations=8", "rl.per_device_batch_size=8"])
+    )
     assert eights["rl.num_generations"] == eights["rl.per_device_batch_size"] == "8"
     # CPT checkpoints every 4 of its 32 float32 steps (about a minute of them), where the demo saves every 8.
     assert demo.cpt.save_steps == 8 and values["cpt.save_steps"] == "4"
