@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.serving import export_tiny, free_port, start
+from pipeline.config.fidelity import ENVIRONMENTS
 from pipeline.serving.episode import EpisodeSpec
 
 DEMO_CONFIG = REPO / "data/configs/demo.yaml"
@@ -54,8 +55,11 @@ DOMAIN = "terminal"  # the sessions' domain
 # terminal and household episode in one wave of the server's batch (32); the bookstore's prompts (1,200 tokens of
 # tool schemas) pass the demo model's 1,024-token context and end at once. 64 tokens hold the terminal's and the
 # household's observations (the demo's p95 over all domains is 81: tool JSON). Measured: at 3 tasks a policy the
-# base model's episodes alone ran past 20 minutes (docs/performance.md).
+# base model's episodes alone ran past 20 minutes (docs/performance.md). The three environments are named here: the demo
+# config plays none (its fidelity stage is rollouts only, for its 15 minutes), and without them the policy ladder
+# would silently not run.
 FIDELITY_BUDGETS = {
+    "fidelity.environments": "[" + ", ".join(ENVIRONMENTS) + "]",
     "fidelity.max_trajectories": 12,
     "fidelity.max_steps": 5,
     "fidelity.episodes_per_policy": 2,

@@ -24,7 +24,8 @@ import httpx
 import numpy as np
 import pytest
 
-from pipeline.config.fidelity import FidelityConfig
+from pipeline.config import load_config, parse_override
+from pipeline.config.fidelity import ENVIRONMENTS, FidelityConfig
 from pipeline.serving.environment import ContextExhausted
 from pipeline.serving.episode import EpisodeSpec
 from pipeline.serving.gym_env import TextOf, WorldModelEnv
@@ -321,5 +322,9 @@ def test_the_benchmark_takes_fidelity_budgets_and_nothing_else():
         with pytest.raises(SystemExit, match="expected fidelity.FIELD=VALUE"):
             fidelity._setting(wrong)
     fidelity._check(fidelity.FIDELITY_BUDGETS)
+    # The demo config plays no policy episodes; the bench's budgets play them in every environment.
+    budgets = [parse_override(f"{key}={value}") for key, value in fidelity.FIDELITY_BUDGETS.items()]
+    assert load_config(REPO / "data/configs/demo.yaml").fidelity.environments == []
+    assert load_config(REPO / "data/configs/demo.yaml", budgets).fidelity.environments == list(ENVIRONMENTS)
     with pytest.raises(SystemExit, match="episodes_per_policy"):
         fidelity._check({"fidelity.episodes_per_policy": "0"})
