@@ -13,13 +13,8 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import UserFixableError
 from pipeline.store.database import Store
-from pipeline.training.gguf_base import SOURCE_FILE, _remove_abandoned, is_gguf_ref, resolve_gguf
-from pipeline.training.models import (
-    base_model_identity,
-    base_model_ref,
-    convert_base_in_background,
-    ensure_base_model,
-)
+from pipeline.training.gguf_base import SOURCE_FILE, is_gguf_ref, resolve_gguf
+from pipeline.training.models import base_model_identity, base_model_ref, ensure_base_model
 from stages import cpt
 from tests.test_cpt_stage import fill_store
 
@@ -35,14 +30,7 @@ def workspace(tmp_path_factory):
 @pytest.fixture(scope="module")
 def converted(workspace):
     config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": PACKAGED}}])
-    # As `simulacra run` does: the conversion started in the background, CPT's own call waiting for it.
-    background = convert_base_in_background(config)
-    assert background is not None
-    folder = ensure_base_model(config)
-    converted_once = os.stat(os.path.join(folder, "model.safetensors")).st_ino
-    background.join()
-    assert os.stat(os.path.join(folder, "model.safetensors")).st_ino == converted_once  # not converted again
-    return config, folder
+    return config, ensure_base_model(config)
 
 
 @pytest.mark.parametrize(
@@ -74,8 +62,6 @@ def test_the_packaged_gguf_converts_once_into_a_folder_named_by_its_bytes(conver
     weights = os.path.join(folder, "model.safetensors")
     written = os.stat(weights).st_mtime_ns
     assert ensure_base_model(config) == folder and os.stat(weights).st_mtime_ns == written  # reused, not redone
-    assert convert_base_in_background(config) is None  # nothing left to convert
-    assert not list(resolve_gguf(PACKAGED, config.workspace.root).folder.parent.glob("*.partial-*"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -86,7 +72,6 @@ def test_a_missing_gguf_file_is_one_line_naming_the_field(tmp_path):
     config = load_config(
         None, [{"workspace": {"path": str(tmp_path)}, "model": {"base": str(tmp_path / "absent.gguf")}}]
     )
-    assert convert_base_in_background(config) is None  # nothing to start: CPT's call says what is wrong
     with pytest.raises(UserFixableError, match=r"model\.base: GGUF file .*absent\.gguf not found"):
         ensure_base_model(config)
 
@@ -133,18 +118,3 @@ def test_cpt_on_the_real_model_lowers_held_out_observation_ce(converted, tmp_pat
     before, after = result.metrics["eval_observation_ce_before"], result.metrics["eval_observation_ce_after"]
     assert result.metrics["global_step"] == 4
     assert after < before, (before, after)
-
-
-def test_a_conversion_abandoned_by_a_process_that_is_gone_is_removed_and_a_live_ones_kept(tmp_path):
-    import subprocess
-    import sys
-
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    folder = tmp_path / "SmolLM2-abc"
-    abandoned = tmp_path / f"SmolLM2-abc.partial-{gone.stdout.strip()}"
-    live = tmp_path / f"SmolLM2-abc.partial-{os.getppid()}"
-    other = tmp_path / "Other-abc.partial-1"
-    for path in (abandoned, live, other):
-        (path / "x").mkdir(parents=True)
-    _remove_abandoned(folder)
-    assert not abandoned.exists() and live.exists() and other.exists()

@@ -23,7 +23,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +38,6 @@ PACKAGED_MODELS = {
 SOURCE_FILE = "gguf_source.json"
 GGUF_DIR = Path("models") / "gguf"
 BLOCK = 1 << 20
-# One conversion at a time in a process: `simulacra run` may start one in the background
-# (models.convert_base_in_background) that CPT's own call must wait for, not repeat; both would
-# write the same `.partial-<pid>` folder.
-_CONVERTING = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +97,9 @@ def resolve_gguf(ref: str, workspace_root: Path, digests=None) -> GGUFBase:
 
 def convert_gguf(base: GGUFBase) -> Path:
     """Dequantise the GGUF file into `base.folder` (weights, tokenizer, chat template, generation
-    config), unless it is there already; returns the folder. A conversion under way in this process
-    (another thread's) is waited for."""
+    config), unless it is there already; returns the folder."""
     if base.converted:
         return base.folder
-    with _CONVERTING:
-        if base.converted:
-            return base.folder
-        return _convert(base)
-
-
-def _convert(base: GGUFBase) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -141,7 +128,6 @@ def _convert(base: GGUFBase) -> Path:
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     )
 
-    _remove_abandoned(base.folder)
     partial = base.folder.with_name(f"{base.folder.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -152,22 +138,3 @@ def _convert(base: GGUFBase) -> Path:
     (partial / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
     publish_folder(partial, base.folder)
     return base.folder
-
-
-def _remove_abandoned(folder: Path) -> None:
-    """Half-written conversions of processes that are gone (a run killed mid-conversion, or one that
-    failed before CPT while its background conversion was under way): a few hundred MB each."""
-    for partial in folder.parent.glob(f"{folder.name}.partial-*"):
-        pid = partial.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(partial, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -6,8 +6,6 @@ Trainer decides placement and sharding; a `.to(device)` here would break it.
 
 import hashlib
 import json
-import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -47,36 +45,6 @@ def ensure_base_model(config: Any) -> str:
     if is_gguf_ref(base):
         return str(convert_gguf(resolve_gguf(base, config.workspace.root)))
     return base_model_ref(config)
-
-
-def convert_base_in_background(config: Any) -> threading.Thread | None:
-    """A thread converting a GGUF base that is not converted yet (None where there is nothing to do).
-
-    `simulacra run` starts it before the flow: the conversion (about 30 s on 2 cores, on one of them)
-    then overlaps what waits or uses little CPU (Prefect's temporary server starting, ingest to
-    split), where CPT would otherwise run it between split and its first step. CPT's
-    `ensure_base_model` waits for it (convert_gguf takes a lock), and converts itself where it failed:
-    so its error, a missing or unreadable file, still reaches the user from the stage that needs the
-    model, and is only logged here."""
-    base = config.model.base
-    if not is_gguf_ref(base):
-        return None
-    try:
-        if resolve_gguf(base, config.workspace.root).converted:
-            return None
-    except Exception:  # a missing file: CPT says so
-        return None
-
-    def convert() -> None:
-        try:
-            ensure_base_model(config)
-        except Exception as exc:  # noqa: BLE001 - reported by CPT's own call, which repeats it
-            logging.getLogger(__name__).debug("background conversion of %s failed: %s", base, exc)
-
-    # daemon: a run that fails before CPT does not wait for it; a kill leaves at most a `.partial-<pid>` folder.
-    thread = threading.Thread(target=convert, name="simulacra-base-conversion", daemon=True)
-    thread.start()
-    return thread
 
 
 def base_model_identity(config: Any, digests=None) -> str:
