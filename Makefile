@@ -4,9 +4,9 @@
 # first use. torch is installed first and alone: on these machines pip takes the CPU build from local disk; any
 # other route downloads a multi-GB CUDA build (STACK.md). GPU users set TORCH_SPEC to their CUDA build, e.g.
 # `make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
-# The rest is installed by uv, itself installed by pip into the venv: the same packages as pip's resolution
-# under requirements.lock, in 8 s rather than 59 (bench/install.py). uv would replace torch by a CUDA build
-# where a requirement asked for another version, so it is held to the one pip installed (torch.txt).
+# The rest is installed by uv, itself installed by pip into the venv: the same 169 distributions as pip's
+# resolution under requirements.lock, in 0.38x pip's time with a cold cache (bench/install.py). It is held to the
+# torch pip installed (torch.txt): were a requirement to ask for another version, uv would fetch PyPI's CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -21,8 +21,8 @@ CONFIG ?= data/configs/demo.yaml
 
 # pip byte-compiles every file it installs unless told not to, uv only when told to: half the install on 2 cores
 # (157 s with it, 81 s with pip's --no-compile, same packages), mostly for files no stage imports (transformers'
-# hundreds of model folders). Without it each
-# module is compiled when first imported, and its .pyc written into the venv: so that a second process reuses
+# hundreds of model folders). Without it each module is compiled when first imported, and its .pyc written
+# into the venv: so that a second process reuses
 # it (the stack imports in 10 s from .pyc, 20 s from source), commands here may write bytecode even where the
 # machine's environment says not to.
 unexport PYTHONDONTWRITEBYTECODE
