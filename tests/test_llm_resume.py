@@ -11,12 +11,13 @@ server answered twice was uncommitted at the kill, that there are at most `concu
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from openai_server import OpenAIServer
+from openai_server import OpenAIServer, echo_last_user_message
 
 from pipeline.store.database import Store
 
@@ -48,11 +49,42 @@ def questions_answered(entries) -> Counter:
 
 
 @pytest.mark.slow
+class KillGate:
+    """Answers as the echo server does, but once armed holds every answer past `limit` until opened:
+    the worker stalls mid-run however slowly this process polls it on a loaded machine (it once ran
+    to its end, all answers committed, between two polls), so the kill always lands mid-way."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._open.set()
+        self.calls = 0
+        self.limit = 0
+
+    def arm(self, limit: int) -> None:
+        with self._lock:
+            self.calls, self.limit = 0, limit
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def __call__(self, request: dict) -> str:
+        with self._lock:
+            self.calls += 1
+            held = self.calls > self.limit and not self._open.is_set()
+        if held:
+            self._open.wait(timeout=120)
+        return echo_last_user_message(request)
+
+
 def test_a_killed_run_resumes_without_asking_a_committed_answer_again(tmp_path):
-    with OpenAIServer(latency_s=0.02) as server:
+    gate = KillGate()
+    with OpenAIServer(answer=gate, latency_s=0.02) as server:
         finish(worker(tmp_path / "uninterrupted.duckdb", server))
         uninterrupted_requests = len(server.log)
 
+        gate.arm(N // 3)
         killed = worker(tmp_path / "resumed.duckdb", server)
         deadline = time.monotonic() + 60
         while len(server.answered()) < uninterrupted_requests + N // 3:
@@ -60,6 +92,7 @@ def test_a_killed_run_resumes_without_asking_a_committed_answer_again(tmp_path):
             time.sleep(0.01)
         killed.send_signal(signal.SIGKILL)
         killed.wait()
+        gate.release()  # the held handlers answer a dead socket; the rerun's requests pass
         first_run = server.log[uninterrupted_requests:]
         with Store(tmp_path / "resumed.duckdb") as store:
             committed = {
