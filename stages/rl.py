@@ -292,8 +292,13 @@ def _summary(metrics: dict[str, Any]) -> str:
             f"{number(metrics['prompt_reward_before'])} -> {number(metrics['prompt_reward_after'])}, "
             f"{change_words(change)}"
         )
+    judged = (
+        f" (verifiers ran at {metrics['rule_steps']} step(s), passed {metrics['rule_pass_rate']:.0%})"
+        if metrics.get("rule_steps")
+        else ""
+    )
     shares = [
-        f"{key.split('.', 1)[1]} {value:.0%}"
+        f"{key.split('.', 1)[1]} {value:.0%}" + (judged if key == "reward_share.rule" else "")
         for key, value in sorted(metrics.items())
         if key.startswith("reward_share.")
     ]
@@ -429,6 +434,7 @@ def train(config, plan: Plan) -> None:
         "reward_last_step": combined[-1][1] if combined else None,
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
         **reward_shares(curves, rl.reward.main_weight, rl.reward.rule_weight, rewards.main_name),
+        **rule_verdicts(curves),
         **prompt_reward_metrics(prompt_rewards["before"], prompt_rewards["after"]),
         **measured,
         "global_step": outcome.global_step,
@@ -440,6 +446,17 @@ def train(config, plan: Plan) -> None:
         "reward_plot": str(plan.output_dir / REWARDS_PLOT),
     }
     write_text_atomic(trained_file, json.dumps(trained, indent=2, sort_keys=True) + "\n")
+
+
+def rule_verdicts(curves: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
+    """At how many steps a verifier judged completions, and the share it passed (weighted by each step's
+    coverage): a rule share of 0% says the rule reward gave nothing, this says whether it ran at all."""
+    coverage = {step: value for step, value in curves.get("rule/coverage", []) if value > 0}
+    passed = dict(curves.get("rule/pass_rate", []))
+    judged = [(coverage[step], passed[step]) for step in coverage if step in passed]
+    if not judged:
+        return {"rule_steps": 0}
+    return {"rule_steps": len(judged), "rule_pass_rate": sum(c * p for c, p in judged) / sum(c for c, _ in judged)}
 
 
 def reward_shares(

@@ -214,6 +214,8 @@ def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_b
     assert metrics["completions.missing_tags_rate.last"] == 0.0 and metrics["learned_nothing"] is None
     assert metrics["prompts_with_rule_reward"] > 0 and metrics["reward_share.rule"] > 0
     assert metrics["reward_share.semantic"] + metrics["reward_share.rule"] == pytest.approx(1.0)
+    assert metrics["rule_steps"] >= 1 and 0 < metrics["rule_pass_rate"] <= 1
+    assert f"verifiers ran at {metrics['rule_steps']} step(s)" in result.summary
     assert metrics["prompt_reward_prompts"] == RL_FIELDS["max_prompts"]
     assert (
         metrics["prompt_reward_change_low"] <= metrics["prompt_reward_change"] <= metrics["prompt_reward_change_high"]
@@ -224,3 +226,28 @@ def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_b
 
     prompts = read_prompts(Path(row["path"]).parent / rl.PROMPTS_FILE)
     assert prompts and all("<think>" not in p.messages[0]["content"] for p in prompts)
+
+
+def test_the_summary_says_when_verifiers_ran_and_passed_nothing():
+    """The demo's run: a verifier at 2 of 8 steps, no completion passing it. A rule share of 0% alone reads as
+    if the rule reward never ran; the summary says it ran and what it passed."""
+    curves = {
+        "rewards/semantic/mean": [(step, 10.0) for step in range(1, 9)],
+        "rule/coverage": [(step, 1.0 if step in (3, 8) else 0.0) for step in range(1, 9)],
+        "rewards/rule/mean": [(3, 0.0), (8, 0.0)],
+        "rule/pass_rate": [(3, 0.0), (8, 0.0)],
+    }
+    metrics = {
+        **rl.reward_shares(curves, 0.9, 0.1, "semantic"),
+        **rl.rule_verdicts(curves),
+        "global_step": 8,
+        "prompts": 8,
+        "reward_first_step": 10.0,
+        "reward_last_step": 9.0,
+    }
+    assert metrics["rule_steps"] == 2 and metrics["rule_pass_rate"] == 0.0
+    assert "rule 0% (verifiers ran at 2 step(s), passed 0%), semantic 100%" in rl._summary(metrics)
+    passing = {**curves, "rule/pass_rate": [(3, 0.5), (8, 1.0)], "rule/coverage": [(3, 0.5), (8, 1.0)]}
+    assert rl.rule_verdicts(passing)["rule_pass_rate"] == pytest.approx((0.5 * 0.5 + 1.0) / 1.5)
+    assert rl.rule_verdicts({"rewards/semantic/mean": [(1, 1.0)]}) == {"rule_steps": 0}
+    assert "verifiers ran" not in rl._summary({**metrics, **rl.rule_verdicts({})})
