@@ -24,6 +24,9 @@ from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_ove
 from pipeline.errors import INTERRUPTED, UserFixableError, interrupted, interrupts_received, watch_for_interrupts
 
 console = Console(stderr=True)
+# Stages that load the base model or a checkpoint trained from it: `simulacra run` of any of them converts a GGUF
+# base in the background while the flow starts (pipeline/training/gguf_base.py: start_background_conversion).
+MODEL_STAGES = {"cpt", "sft", "rl", "evaluate", "fidelity"}
 
 
 class Commands(TyperGroup):
@@ -650,6 +653,11 @@ def run_pipeline(
     if unknown:
         console.print(f"[red]unknown stage(s)[/red] {', '.join(unknown)}; stages are {', '.join(STAGE_ORDER)}")
         raise typer.Exit(2)
+    if chosen is None or set(chosen) & MODEL_STAGES:
+        from pipeline.training.gguf_base import start_background_conversion
+
+        workspace = _config().workspace
+        start_background_conversion(_config().model.base, workspace.root, workspace.runs_dir / "gguf-conversion.log")
     configure(_config().workspace.prefect_home)
     from flows.dag import StageFailed
     from flows.world_model import world_model_pipeline

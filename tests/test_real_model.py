@@ -7,6 +7,7 @@ model costs seconds, so the whole module shares one conversion.
 
 import json
 import os
+import time
 
 import pytest
 
@@ -29,8 +30,34 @@ def workspace(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted(workspace):
+    """Converted as `simulacra run` does: by the background converter, which CPT's `ensure_base_model` waits for
+    on the lock rather than converting again (its own conversion fails here if it is reached)."""
+    from pipeline.training import gguf_base
+
     config = load_config(None, [{"workspace": {"path": str(workspace)}, "model": {"base": PACKAGED}}])
-    return config, ensure_base_model(config)
+    folder = resolve_gguf(PACKAGED, config.workspace.root).folder
+    abandoned = folder.with_name(f"{folder.name}.partial-999999999")  # a killed converter's leftovers
+    abandoned.mkdir(parents=True)
+    log = workspace / "gguf-conversion.log"
+    process = gguf_base.start_background_conversion(PACKAGED, config.workspace.root, log)
+    assert process is not None
+    own = folder.with_name(f"{folder.name}.partial-{process.pid}")
+    deadline = time.monotonic() + 300
+    while not own.exists() and not folder.exists():  # the converter holds the lock while it writes `own`
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+    def converted_twice(base):
+        raise AssertionError("converted again: the background conversion was not waited for")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf_base, "_convert", converted_twice)
+        result = ensure_base_model(config)
+    assert process.wait(timeout=60) == 0 and f"gguf conversion: {folder}" in log.read_text()
+    assert not abandoned.exists() and not list(folder.parent.glob("*.partial-*"))
+    assert gguf_base.start_background_conversion(PACKAGED, config.workspace.root, log) is None  # nothing left to do
+    assert gguf_base.start_background_conversion("Qwen/Qwen3-0.6B", config.workspace.root, log) is None
+    return config, result
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ holding a port and a model's memory.
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.child_processes import die_with_parent
 from pipeline.serving.export_folder import METADATA_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -46,15 +46,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _ready(base_url: str) -> bool:
@@ -102,7 +93,7 @@ def served_folder(
             env={**os.environ, "PYTHONPATH": paths},
             stdout=output,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -23,9 +23,14 @@ import importlib.metadata
 import json
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.child_processes import die_with_parent
 from pipeline.errors import UserFixableError
 from pipeline.store.atomic_files import publish_folder
 
@@ -38,6 +43,7 @@ PACKAGED_MODELS = {
 SOURCE_FILE = "gguf_source.json"
 GGUF_DIR = Path("models") / "gguf"
 BLOCK = 1 << 20
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +103,63 @@ def resolve_gguf(ref: str, workspace_root: Path, digests=None) -> GGUFBase:
 
 def convert_gguf(base: GGUFBase) -> Path:
     """Dequantise the GGUF file into `base.folder` (weights, tokenizer, chat template, generation
-    config), unless it is there already; returns the folder."""
+    config), unless it is there already; returns the folder. One converter at a time per folder, across
+    processes (a lock file beside it): one under way, `simulacra run`'s in the background
+    (`start_background_conversion`), is waited for, not repeated."""
     if base.converted:
         return base.folder
+    with _conversion_lock(base.folder):
+        if base.converted:  # converted by the one this call waited for
+            return base.folder
+        # A converter holds the lock while it writes its `.partial-<pid>` folder: any left here was abandoned
+        # (a run killed mid-conversion), a few hundred MB each.
+        for abandoned in base.folder.parent.glob(f"{base.folder.name}.partial-*"):
+            shutil.rmtree(abandoned, ignore_errors=True)
+        return _convert(base)
+
+
+@contextmanager
+def _conversion_lock(folder: Path) -> Iterator[None]:
+    import fcntl
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(f"{folder.name}.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, and by the kernel if the holder dies
+        yield
+
+
+def start_background_conversion(ref: str | None, workspace_root: Path, log: Path) -> subprocess.Popen | None:
+    """`python -m pipeline.training.gguf_base REF ROOT` started in the background where `ref` is a GGUF base not yet
+    converted (None where there is nothing to do). `simulacra run` starts it before Prefect's temporary server:
+    the conversion (20-30 s of one core on 2) then runs beside the server's start and ingest to split, which leave
+    a core idle, where it would otherwise sit between split and CPT's first step. A process of its own, since a
+    thread of the run's process ran under its GIL and gained nothing (docs/performance.md). CPT's own
+    `convert_gguf` waits for it on the lock, and converts itself where it failed, so a failure reaches the user
+    from the stage that needs the model (the log keeps this one's)."""
+    if not is_gguf_ref(ref):
+        return None
+    try:
+        if resolve_gguf(ref, workspace_root).converted:  # type: ignore[arg-type]  # is_gguf_ref: not None
+            return None
+    except UserFixableError:  # a missing file: CPT says so
+        return None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pipeline.training.gguf_base", str(ref), str(workspace_root)],
+            cwd=PROJECT_ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+            },
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+
+
+def _convert(base: GGUFBase) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -138,3 +198,19 @@ def convert_gguf(base: GGUFBase) -> Path:
     (partial / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
     publish_folder(partial, base.folder)
     return base.folder
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline.training.gguf_base REF WORKSPACE_ROOT`: convert, as CPT would."""
+    ref, root = argv
+    try:
+        folder = convert_gguf(resolve_gguf(ref, Path(root)))
+    except UserFixableError as exc:
+        print(f"gguf conversion: {exc}", flush=True)
+        return 1
+    print(f"gguf conversion: {folder}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
