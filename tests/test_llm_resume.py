@@ -48,7 +48,6 @@ def questions_answered(entries) -> Counter:
     return Counter(entry.body["messages"][-1]["content"] for entry in entries if entry.outcome == "answered")
 
 
-@pytest.mark.slow
 class KillGate:
     """Answers as the echo server does, but once armed holds every answer past `limit` until opened:
     the worker stalls mid-run however slowly this process polls it on a loaded machine (it once ran
@@ -78,6 +77,7 @@ class KillGate:
         return echo_last_user_message(request)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_asking_a_committed_answer_again(tmp_path):
     gate = KillGate()
     with OpenAIServer(answer=gate, latency_s=0.02) as server:
