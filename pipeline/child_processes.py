@@ -1,7 +1,18 @@
-"""Child processes that end with the process that started them."""
+"""Child processes of the project's own code: run from its root, and ended with the process that started them."""
 
+import os
 import signal
 import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def project_env() -> dict[str, str]:
+    """This process's environment, with the project first on PYTHONPATH: a child's `python -m pipeline...` imports
+    this checkout whatever its working folder and however the project was installed."""
+    paths = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": paths}
 
 
 def die_with_parent() -> None:

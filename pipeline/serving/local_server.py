@@ -13,7 +13,6 @@ holding a port and a model's memory.
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,10 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.child_processes import die_with_parent
+from pipeline.child_processes import PROJECT_ROOT, die_with_parent, project_env
 from pipeline.serving.export_folder import METADATA_FILE
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Importing torch and transformers and loading a model: about 15 s on 2 idle cores, minutes on a loaded one.
 STARTUP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
@@ -84,13 +82,12 @@ def served_folder(
     command += ["--max-tokens", str(max_tokens), *extra_options]
     command += ["--max-batch", str(max_batch)] if max_batch is not None else []
     command += ["--device", device] if device is not None else []
-    paths = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as output:
         process = subprocess.Popen(
             command,
             cwd=PROJECT_ROOT,
-            env={**os.environ, "PYTHONPATH": paths},
+            env=project_env(),
             stdout=output,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,

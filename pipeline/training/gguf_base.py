@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.child_processes import die_with_parent
+from pipeline.child_processes import PROJECT_ROOT, die_with_parent, project_env
 from pipeline.errors import UserFixableError
 from pipeline.store.atomic_files import publish_folder
 
@@ -43,7 +43,6 @@ PACKAGED_MODELS = {
 SOURCE_FILE = "gguf_source.json"
 GGUF_DIR = Path("models") / "gguf"
 BLOCK = 1 << 20
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +147,7 @@ def start_background_conversion(ref: str | None, workspace_root: Path, log: Path
         return subprocess.Popen(
             [sys.executable, "-m", "pipeline.training.gguf_base", str(ref), str(workspace_root)],
             cwd=PROJECT_ROOT,
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
-            },
+            env=project_env(),
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
