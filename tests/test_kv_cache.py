@@ -89,6 +89,72 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
     assert torch.equal(keys, torch.cat([first[..., 2:, :], new, new], dim=-2))
 
 
+def test_a_row_leaving_keeps_the_room_of_the_others():
+    layer = ReservedLayer()
+    first = torch.randn(3, 3, 10, 4)
+    layer.update(first, first + 1)
+    layer.batch_select_indices(torch.tensor([0, 2]))
+    buffer = layer._key_buffer
+    assert layer.get_seq_length() == 10 and buffer.shape[0] == 2 and buffer.shape[-2] > 10
+    new = torch.randn(2, 3, 1, 4)
+    keys, values = layer.update(new, new + 1)
+    assert layer._key_buffer is buffer  # the next token written in place, not copied into new room
+    kept = first[[0, 2]]
+    assert torch.equal(keys, torch.cat([kept, new], dim=-2)) and torch.equal(values, torch.cat([kept, new], dim=-2) + 1)
+
+
+def _prefilled_alone(model, prompt: list[int]):
+    """One prompt prefilled into its own cache, as the decoder's part of a batch."""
+    from pipeline.llm.batching import _Batch
+
+    cache = ReservedCache()
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+    positions = torch.arange(len(prompt))[None]
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_keyword(model): cache}, use_cache=True
+    ).logits[:, -1]
+    return _Batch([prompt], cache, mask, positions[:, -1], logits.float())
+
+
+def _greedy_logits(model, batch, steps: int) -> list[torch.Tensor]:
+    seen = []
+    for _ in range(steps):
+        seen.append(batch.logits.clone())
+        token = batch.logits.argmax(-1, keepdim=True)
+        batch.mask = torch.cat([batch.mask, torch.ones_like(token)], dim=1)
+        batch.last_position = batch.last_position + 1
+        batch.logits = model(
+            input_ids=token,
+            attention_mask=batch.mask,
+            position_ids=batch.last_position[:, None],
+            **{cache_keyword(model): batch.cache},
+            use_cache=True,
+        ).logits[:, -1]
+    return seen
+
+
+def test_parts_stacked_into_one_batch_decode_as_each_alone(tiny_model):
+    """The decoder's prefill parts (prefix families, length groups) of different widths, stacked into one
+    batch, left-padded: every row's logits, step by step, are those of its prompt decoded alone; and the
+    stacked cache has room, so the first tokens are written without copying it."""
+    from pipeline.llm.batching import _stacked
+
+    torch.manual_seed(0)
+    prompts = [torch.randint(5, tiny_model.config.vocab_size, (length,)).tolist() for length in (5, 12, 9)]
+    with torch.inference_mode():
+        alone = [_greedy_logits(tiny_model, _prefilled_alone(tiny_model, prompt), 8) for prompt in prompts]
+        batch = _stacked([_prefilled_alone(tiny_model, prompt) for prompt in prompts])
+        assert batch.rows == prompts and batch.mask.shape == (3, 12)
+        assert batch.mask.sum(-1).tolist() == [5, 12, 9]
+        buffer = batch.cache.layers[0]._key_buffer
+        together = _greedy_logits(tiny_model, batch, 8)
+    assert batch.cache.layers[0]._key_buffer is buffer
+    for row in range(3):
+        for step in range(8):
+            assert torch.allclose(together[step][row], alone[row][step][0], atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "lengths, groups",
     [

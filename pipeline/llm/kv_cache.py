@@ -63,6 +63,21 @@ class ReservedLayer(DynamicLayer):
         self._keys_filled = self._values_filled = filled + new
         return self.keys, self.values
 
+    def adopt(self, key_buffer, value_buffer, filled: int) -> None:
+        """Take buffers whose first `filled` positions hold the cache and whose rest is room to grow: a batch
+        stacked from prefilled parts (pipeline/llm/batching.py) writes its first tokens without a copy."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_buffer, value_buffer)
+        self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self._keys_filled = self._values_filled = filled
+
+    def batch_select_indices(self, indices) -> None:
+        """Only the rows `indices`, with their room: a row leaving the batch copies the cache once, where
+        transformers' selection keeps the filled part only and the next token copies it again into new room."""
+        if self._keys_filled and self._key_buffer.dim() == 4:
+            self._key_buffer = self._key_buffer[indices, ...]
+            self._value_buffer = self._value_buffer[indices, ...]
+
     def _has_room(self, key_states, value_states, needed: int) -> bool:
         return all(
             buffer is not None
@@ -74,13 +89,18 @@ class ReservedLayer(DynamicLayer):
 
     def _reserve(self, key_states, value_states, filled: int, needed: int) -> None:
         """New buffers with room past `needed`, holding the `filled` tokens cached so far."""
-        size = needed + max(MIN_RESERVED_TOKENS, needed // 2)
+        size = reserved_length(needed)
         keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
         values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
         if filled:
             keys[..., :filled, :] = self._key_buffer[..., :filled, :]
             values[..., :filled, :] = self._value_buffer[..., :filled, :]
         self._key_buffer, self._value_buffer = keys, values
+
+
+def reserved_length(needed: int) -> int:
+    """The length of a buffer that holds `needed` tokens and room to grow."""
+    return needed + max(MIN_RESERVED_TOKENS, needed // 2)
 
 
 def _length(tensor) -> int:
