@@ -46,10 +46,10 @@ $(TEST_STAMP): $(STAMP)
 	$(UV_INSTALL) -e ".[test,openenv,docs]"
 	touch $(TEST_STAMP)
 
-# The demo ends with the evaluation table: `evaluate` finds the run's evaluations done and shows them.
+# The demo ends with the evaluation tables: `run` shows them once its evaluate stage is done (as `simulacra
+# evaluate` would, from what the stage stored).
 demo: $(STAMP)
 	$(BIN)/simulacra --config $(CONFIG) run
-	$(BIN)/simulacra --config $(CONFIG) evaluate
 
 # What each training stage teaches, in its own workspace (bench-workspace/learning): the gains with their intervals,
 # RL's reward curve and issue 28's targets, printed and written to bench-workspace/learning.json.
@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/rl_step.py
 	$(BIN)/python bench/local_decoding.py
 	$(BIN)/python bench/kv_cache.py
+	$(BIN)/python bench/batch_stacking.py
 	$(BIN)/python bench/batches_in_flight.py
 	$(BIN)/python bench/rationale_rows.py
 	$(BIN)/python bench/int8_decoding.py

@@ -406,12 +406,18 @@ def evaluate(
     ] = False,
 ) -> None:
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
-    from pipeline.evaluation.report import judge_caption
-    from pipeline.sft.judging import CRITERIA
     from stages import evaluate as stage
 
     with _store() as store:
         result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
+    _show_evaluation(result)
+
+
+def _show_evaluation(result) -> None:
+    """The evaluate stage's tables: scores, criteria, judge-free metrics, paired comparisons, correlations."""
+    from pipeline.evaluation.report import judge_caption
+    from pipeline.sft.judging import CRITERIA
+
     out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
@@ -673,9 +679,26 @@ def run_pipeline(
         for outcome in outcomes:
             table.add_row(outcome.stage, outcome.status, outcome.fingerprint, outcome.summary)
         Console().print(table)
+    if failure is None and any(outcome.stage == "evaluate" for outcome in outcomes):
+        _show_run_evaluation()
     if failure is not None:
         console.print(f"[red]{failure}[/red]; rerun the same command to resume", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _show_run_evaluation() -> None:
+    """The run's evaluation tables, as `simulacra evaluate` shows them, from what the evaluate stage stored (its
+    answers and judgements are reused, nothing is asked again): the demo ends with them. Not where the stage ran
+    on the GPU pool, whose worker may keep what it stored out of this machine's reach."""
+    from flows.dag import on_gpu_pool
+    from stages import evaluate as stage
+
+    config = _config()
+    if on_gpu_pool(config, "evaluate"):
+        console.print("the evaluation tables: `simulacra evaluate` where the evaluate stage's results are")
+        return
+    with _store() as store:
+        _show_evaluation(stage.run(config, store))
 
 
 server_app = typer.Typer(

@@ -169,6 +169,42 @@ def test_a_failed_run_resumes_by_row_and_a_completed_evaluation_is_reused(prepar
     assert "- cpt vs base (started from): score " in markdown
 
 
+def test_simulacra_run_ends_with_the_evaluation_tables_from_what_evaluate_stored(prepared, tmp_path):
+    """`simulacra run` shows the evaluate stage's tables after its stage table (the demo ends with them): the
+    stage's first run evaluates, a second is skipped by fingerprint and shows the same tables, asking nothing."""
+    import yaml
+    from prefect.testing.utilities import prefect_test_harness
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    root = _copy(prepared, "run-tables")
+    config = _config(root, fail=False, judge={"kind": "semantic"})
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "workspace": {"path": str(root / "workspace")},
+                "model": {"base": str(root / "base-model")},
+                "evaluate": config.evaluate.model_dump(mode="json", exclude_defaults=True),
+            }
+        )
+    )
+    outputs, predictions = [], []
+    with prefect_test_harness(server_startup_timeout=120):
+        for _ in range(2):
+            result = CliRunner().invoke(app, ["run", "--config", str(config_file), "--stages", "evaluate"])
+            assert result.exit_code == 0, result.output
+            outputs.append(" ".join(result.output.split()))
+            with Store(config.workspace.database_path, read_only=True) as store:
+                predictions.append(_predictions(store))
+    assert "│ evaluate │ ran │" in outputs[0] and "│ evaluate │ skipped │" in outputs[1]
+    for output in outputs:
+        assert output.index("│ evaluate │") < output.index("paired comparisons, all domains")
+        assert "judge-free metrics" in output and "│ retrieval baseline │" in output
+    assert len(predictions[0]) == 24 and predictions[1] == predictions[0]  # the second run asked nothing
+
+
 def test_targets_seen_in_training_are_flagged_and_scored_apart(prepared):
     """A target whose (action, observation) is a kept turn of a training pool is seen in training; the same
     action with another observation is not (issue 17, item 15)."""
