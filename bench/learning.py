@@ -121,7 +121,7 @@ BUDGETS = (
 UNSET = ("cpt.mixed_precision",)
 # Values it keeps whatever the demo's: RL's groups of 4 completions, as in the runs that chose RL's budget (the demo
 # trains groups of 2 for its 15 minutes), a CPT checkpoint every 4 of its 32 float32 steps, about a minute of them
-# to lose to a kill (the demo's faster steps save every 8), and validation answers of up to 200 tokens: the p95 of
+# to lose to a kill (the demo's faster steps save every 16), and validation answers of up to 200 tokens: the p95 of
 # its 32 targets' observations is 162, where the demo's 24 need 84 and it caps them at 128.
 FIXED = (
     ("rl.num_generations", "4"),

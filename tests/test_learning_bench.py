@@ -52,8 +52,8 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
         learning.bench_overrides(DEMO, tmp_path / "ws", ["rl.num_generations=8", "rl.per_device_batch_size=8"])
     )
     assert eights["rl.num_generations"] == eights["rl.per_device_batch_size"] == "8"
-    # CPT checkpoints every 4 of its 32 float32 steps (about a minute of them), where the demo saves every 8.
-    assert demo.cpt.save_steps == 8 and values["cpt.save_steps"] == "4"
+    # CPT checkpoints every 4 of its 32 float32 steps (about a minute of them), where the demo saves every 16.
+    assert demo.cpt.save_steps == 16 and values["cpt.save_steps"] == "4"
     # The stages' before/after and the export's choice on the demo's own validation targets.
     assert values["validation.max_queries"] == "32" and demo.validation.max_queries == 24
     # Their answers' budget holds the 32 targets' p95 (162 tokens), where the demo's 24 need 84 and get 128.
