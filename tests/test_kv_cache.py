@@ -82,7 +82,7 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
         values, torch.cat([first, new], dim=-2) + 1
     )
     assert layer.get_seq_length() == 11
-    # Assigned whole (the batch's join and trim do this): exactly what was assigned, room again at the next token.
+    # Assigned whole (the batch's trim does this): exactly what was assigned, room again at the next token.
     layer.keys, layer.values = keys[..., 2:, :], values[..., 2:, :]
     assert layer.get_seq_length() == 9
     keys, _ = layer.update(new, new)

@@ -10,8 +10,10 @@ amortised away). `bench/kv_cache.py`: a step takes 0.95x the time after 600-toke
 the same logits step by step in tests/test_kv_cache.py.
 
 What attention sees is a view of the filled part of each buffer. Anything that assigns a layer's
-`keys`/`values` (the batch's join, trim and row selection, transformers' own `batch_select_indices`,
-`crop`, `reset`) replaces the buffer with exactly what it assigns, and the next token reserves again.
+`keys`/`values` (the batch's trim, transformers' `crop` and `reset`) replaces the buffer with exactly what it
+assigns, and the next token reserves again. A batch stacked from prefilled parts is given buffers with room
+(`adopt`), and a row selection keeps the room (`batch_select_indices`), so neither is copied again at the next
+token.
 """
 
 import inspect
