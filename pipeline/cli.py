@@ -679,7 +679,7 @@ def run_pipeline(
         for outcome in outcomes:
             table.add_row(outcome.stage, outcome.status, outcome.fingerprint, outcome.summary)
         Console().print(table)
-    if failure is None and any(outcome.stage == "evaluate" for outcome in outcomes):
+    if failure is None and any(outcome.stage == "evaluate" for outcome in outcomes or ()):
         _show_run_evaluation()
     if failure is not None:
         console.print(f"[red]{failure}[/red]; rerun the same command to resume", highlight=False, soft_wrap=True)

@@ -513,7 +513,8 @@ def _stacked(parts: list[_Batch]) -> _Batch:
                 at += count
             buffers.append(buffer)
         stacked = ReservedLayer()
-        stacked.adopt(*buffers, width)
+        keys, values = buffers
+        stacked.adopt(keys, values, width)
         cache.layers.append(stacked)
     mask = torch.zeros((rows, width), dtype=parts[0].mask.dtype, device=parts[0].mask.device)
     at = 0
