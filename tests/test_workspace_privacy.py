@@ -54,6 +54,15 @@ def test_a_workspace_made_open_to_others_is_closed(shared_folder):
     assert modes(workspace) == MODES
 
 
+def test_a_store_in_a_shared_sticky_folder_leaves_the_folder_open(shared_folder):
+    """A store file placed directly in a folder like /tmp (mode 1777) is private; the folder stays shared."""
+    shared_folder.chmod(0o1777)
+    with Store(shared_folder / "scratch.duckdb") as store:
+        store.connection  # noqa: B018 - the property opens and migrates the store
+    assert stat.S_IMODE(shared_folder.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared_folder / "scratch.duckdb").stat().st_mode) == 0o600
+
+
 def test_a_workspace_its_owner_made_read_only_is_refused_and_left_as_set(shared_folder):
     """Issue 29.2: taking group and other bits away is ours to do; giving the owner write back is not."""
     from pipeline.config.workspace import OwnerLockedOut

@@ -40,8 +40,10 @@ def make_private(folder: Path) -> Path:
     if mode & PRIVATE_FOLDER != PRIVATE_FOLDER:
         raise OwnerLockedOut(folder, mode)
     # Never a source checkout (a workspace or Prefect home placed at a repository's root): its modes are the
-    # user's, and closing it locks other users out of the code (the sandbox's unprivileged test did).
-    if mode & 0o077 and not (folder / ".git").exists():
+    # user's, and closing it locks other users out of the code (the sandbox's unprivileged test did). Never a
+    # shared folder with the sticky bit (/tmp, /var/tmp): a store opened as /tmp/scratch.duckdb closed /tmp
+    # to every other user, and the unprivileged tests with it.
+    if mode & 0o077 and not mode & stat.S_ISVTX and not (folder / ".git").exists():
         folder.chmod(PRIVATE_FOLDER)
     return folder
 
