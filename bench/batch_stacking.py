@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from bench.base_model import add_model_argument, model_folder
 from bench.local_decoding import demo_requests
 from bench.prefix_sharing import answer
+from bench.rows_leaving import select_copying
 
 
 def joined_two_at_a_time(parts):
@@ -68,6 +69,7 @@ class Variant:
         self.batching, self.layer = batching, ReservedLayer
         self.stacked, self.select = batching._stacked, ReservedLayer.batch_select_indices
         self.select_before = DynamicLayer.batch_select_indices
+        self.leave = batching._Batch.select  # rows leave in place since (bench/rows_leaving.py)
         self.prefill_seconds = 0.0
         prefill = batching.Scheduler._prefill
 
@@ -84,6 +86,8 @@ class Variant:
         joining = name == "joined"
         self.batching._stacked = joined_two_at_a_time if joining else self.stacked
         self.layer.batch_select_indices = self.select_before if joining else self.select
+        # The baseline's rows left by a selection (copying the rest twice: the selection, then new room).
+        self.batching._Batch.select = select_copying if joining else self.leave
         self.prefill_seconds = 0.0
 
 

@@ -82,7 +82,7 @@ def test_a_token_is_written_into_reserved_room_without_copying_the_cache():
         values, torch.cat([first, new], dim=-2) + 1
     )
     assert layer.get_seq_length() == 11
-    # Assigned whole (the batch's trim does this): exactly what was assigned, room again at the next token.
+    # Assigned whole (transformers' crop does this): exactly what was assigned, room again at the next token.
     layer.keys, layer.values = keys[..., 2:, :], values[..., 2:, :]
     assert layer.get_seq_length() == 9
     keys, _ = layer.update(new, new)
@@ -101,6 +101,50 @@ def test_a_row_leaving_keeps_the_room_of_the_others():
     assert layer._key_buffer is buffer  # the next token written in place, not copied into new room
     kept = first[[0, 2]]
     assert torch.equal(keys, torch.cat([kept, new], dim=-2)) and torch.equal(values, torch.cat([kept, new], dim=-2) + 1)
+
+
+@pytest.mark.parametrize(
+    "keep, order",
+    [
+        ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4]),
+        ([0, 1, 2, 3], [0, 1, 2, 3]),  # the last row left: nothing moves
+        ([1, 2, 3, 4], [4, 1, 2, 3]),  # the first left: the last fills its slot
+        ([0, 2, 4], [0, 4, 2]),
+        ([3, 4], [3, 4]),
+        ([4], [4]),
+    ],
+)
+def test_rows_that_stay_keep_their_slot_and_rows_past_the_end_fill_the_holes(keep, order):
+    from pipeline.llm.kv_cache import compacted_order
+
+    assert compacted_order(keep, 5) == order
+
+
+def test_rows_leaving_in_place_copy_only_the_rows_that_move():
+    """`keep_rows`: the batch's rows after some leave, in the buffers they had (with their room); only the
+    rows past the new end are written, into the slots of rows that left."""
+    from pipeline.llm.kv_cache import compacted_order
+
+    layer = ReservedLayer()
+    first = torch.randn(5, 3, 10, 4)
+    layer.update(first, first + 1)
+    buffer = layer._key_buffer
+    order = compacted_order([1, 3, 4], 5)  # rows 0 and 2 leave: row 3 moves into slot 0, row 4 into slot 2
+    assert order == [3, 1, 4]
+    untouched = buffer[1].clone()
+    layer.keep_rows(order)
+    assert layer._key_buffer.data_ptr() == buffer.data_ptr() and layer._key_buffer.shape[0] == 3
+    assert torch.equal(layer.keys, first[order]) and torch.equal(layer.values, first[order] + 1)
+    assert torch.equal(buffer[1], untouched)
+    new = torch.randn(3, 3, 1, 4)
+    keys, _ = layer.update(new, new)
+    assert layer._key_buffer.data_ptr() == buffer.data_ptr()  # still room: written in place
+    assert torch.equal(keys, torch.cat([first[order], new], dim=-2))
+    # The leading padding no row attends to is dropped as a view, with the room kept.
+    layer.drop_leading(4)
+    assert layer.get_seq_length() == 7 and torch.equal(layer.keys, torch.cat([first[order], new], dim=-2)[..., 4:, :])
+    keys, _ = layer.update(new, new)
+    assert layer._key_buffer.data_ptr() == buffer[..., 4:, :].data_ptr() and keys.shape[-2] == 8
 
 
 def _prefilled_alone(model, prompt: list[int]):

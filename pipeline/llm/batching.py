@@ -20,7 +20,9 @@ One decoding thread owns the model. Each step it
    padded batch may rarely move a sampled token; greedy is the exact path);
 3. ends rows at an end token (unless `ignore_eos`), a stop string (cut before it), the token budget,
    a loop (`stop_on_repetition`, pipeline/llm/repetition.py: what the row would write next is more of
-   the same), or cancellation (the client went away), and drops them from the batch and its cache.
+   the same), or cancellation (the client went away), and drops them from the batch and its cache (in
+   place: the rows past the batch's new end move into the slots of those that left, and nothing else is
+   copied; bench/rows_leaving.py).
 Each step reports to each streaming row's listener (called on the decoding thread): the text so far
 that can be shown (a possible start of a stop string and an incomplete UTF-8 character held back),
 the new token's log-probabilities when asked, and the finish reason at the end; a row that is not
@@ -282,7 +284,7 @@ class Scheduler:
     def _step(self, batch: "_Batch") -> "_Batch | None":
         import torch
 
-        chosen, keep = [], []
+        keep = []
         for i, row in enumerate(batch.rows):
             if row.cancelled:
                 self.cancelled += 1
@@ -296,13 +298,12 @@ class Scheduler:
             if row.streaming or finish is not None:
                 row.listener(Step(text, logprob, finish, len(row.generated)))
             if finish is None:
-                chosen.append(token)
                 keep.append(i)
         if not keep:
             return None
-        batch = batch.select(keep)
+        batch = batch.select(keep)  # the rows that stay, perhaps in a new order
         device = self.model.device
-        step_ids = torch.tensor(chosen, dtype=torch.long, device=device).unsqueeze(1)
+        step_ids = torch.tensor([row.generated[-1] for row in batch.rows], dtype=torch.long, device=device)[:, None]
         batch.mask = torch.cat([batch.mask, torch.ones_like(step_ids)], dim=1)
         batch.last_position = batch.last_position + 1
         logits = self.model(
@@ -466,10 +467,16 @@ class _Batch:
     def select(self, keep: list[int]) -> "_Batch":
         import torch
 
+        from pipeline.llm.kv_cache import compacted_order
+
         if len(keep) < len(self.rows):
-            index = torch.tensor(keep, device=self.mask.device)
-            self.cache.batch_select_indices(index)
-            self.rows = [self.rows[i] for i in keep]
+            # In place: only the rows past the new end move, into the slots of rows that left (their order
+            # changes; each row's identity travels with it).
+            order = compacted_order(keep, len(self.rows))
+            for layer in self.cache.layers:
+                layer.keep_rows(order)
+            index = torch.tensor(order, device=self.mask.device)
+            self.rows = [self.rows[i] for i in order]
             self.mask, self.last_position, self.logits = self.mask[index], self.last_position[index], self.logits[index]
             self._trim()
         return self
@@ -481,7 +488,7 @@ class _Batch:
         if start:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+                layer.drop_leading(start)  # a view: the room past the end stays
 
 
 def _stacked(parts: list[_Batch]) -> _Batch:

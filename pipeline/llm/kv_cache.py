@@ -12,8 +12,9 @@ the same logits step by step in tests/test_kv_cache.py.
 What attention sees is a view of the filled part of each buffer. Anything that assigns a layer's
 `keys`/`values` (the batch's trim, transformers' `crop` and `reset`) replaces the buffer with exactly what it
 assigns, and the next token reserves again. A batch stacked from prefilled parts is given buffers with room
-(`adopt`), and a row selection keeps the room (`batch_select_indices`), so neither is copied again at the next
-token.
+(`adopt`), and rows leaving keep the others' room (`keep_rows`: the rows past the new end move into the slots
+of those that left, and nothing else is copied), so none of these copies the cache again at the next token; a
+trim of leading padding (`drop_leading`) is a view.
 """
 
 import inspect
@@ -74,11 +75,36 @@ class ReservedLayer(DynamicLayer):
         self._keys_filled = self._values_filled = filled
 
     def batch_select_indices(self, indices) -> None:
-        """Only the rows `indices`, with their room: a row leaving the batch copies the cache once, where
-        transformers' selection keeps the filled part only and the next token copies it again into new room."""
+        """Only the rows `indices` (any order, repeats allowed: a shared prefill copied to each of its rows), with
+        their room, where transformers' selection keeps the filled part only and the next token copies it again
+        into new room."""
         if self._keys_filled and self._key_buffer.dim() == 4:
             self._key_buffer = self._key_buffer[indices, ...]
             self._value_buffer = self._value_buffer[indices, ...]
+
+    def keep_rows(self, order: list[int]) -> None:
+        """Only the rows `order`, in place: a row that stays where it is has `order[i] == i`, and the others
+        (`compacted_order`: rows from past the new end) are copied into the slots of rows that left. A row
+        leaving the batch copies the rows that move into its slot, where a selection copies every row that
+        stays: on 2 cores a selection of 20 rows after 1,500-token prompts took 0.6-0.8 s, three decoding
+        steps, and the demo's validation passes lose about ten rows in their first sixteen steps."""
+        if not self._keys_filled or self._key_buffer.dim() != 4:
+            return
+        moves = [(slot, row) for slot, row in enumerate(order) if slot != row]
+        for name in ("_key_buffer", "_value_buffer"):
+            buffer = getattr(self, name)
+            if moves:
+                slots, rows = (list(side) for side in zip(*moves))
+                buffer[slots, :, : self._keys_filled] = buffer[rows, :, : self._keys_filled]
+            setattr(self, name, buffer[: len(order)])
+
+    def drop_leading(self, count: int) -> None:
+        """Forget the first `count` positions of every row (the padding no row attends to any more), keeping the
+        room past the end: a view, no copy."""
+        if self._keys_filled and self._key_buffer.dim() == 4:
+            self._key_buffer = self._key_buffer[..., count:, :]
+            self._value_buffer = self._value_buffer[..., count:, :]
+            self._keys_filled = self._values_filled = self._keys_filled - count
 
     def _has_room(self, key_states, value_states, needed: int) -> bool:
         return all(
@@ -98,6 +124,15 @@ class ReservedLayer(DynamicLayer):
             keys[..., :filled, :] = self._key_buffer[..., :filled, :]
             values[..., :filled, :] = self._value_buffer[..., :filled, :]
         self._key_buffer, self._value_buffer = keys, values
+
+
+def compacted_order(keep: list[int], rows: int) -> list[int]:
+    """The rows `keep` (ascending, of `rows`) as `ReservedLayer.keep_rows` takes them: each kept row below
+    `len(keep)` stays in its slot, and the kept rows past that fill the slots of the rows that left."""
+    size = len(keep)
+    movers = iter(row for row in keep if row >= size)
+    staying = {row for row in keep if row < size}
+    return [slot if slot in staying else next(movers) for slot in range(size)]
 
 
 def reserved_length(needed: int) -> int:
