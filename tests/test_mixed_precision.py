@@ -143,3 +143,68 @@ def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_
     weight = model.model.layers[0].mlp.down_proj.weight
     assert weight.dtype == torch.float32
     assert not torch.equal(weight.detach(), before)
+
+
+def test_held_out_cross_entropy_is_measured_in_float32_when_training_runs_under_bf16(tmp_path):
+    """SFT's held-out CE "before" is CPT's "after" (heldout_ce.json), and the demo's CPT trains under bf16 autocast
+    while SFT trains in float32: the Trainer's evaluation, after a bf16 step (whose forward accelerate wrapped in
+    autocast), computes in the weights' float32."""
+    import torch
+
+    from pipeline.training.token_loss import install_token_loss
+    from pipeline.training.trainer import (
+        TrainingJob,
+        _packed_trainer_class,
+        _training_arguments,
+        observation_cross_entropy,
+    )
+
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(" ".join(rng.choice("ls cat grep total file".split()) for _ in range(12)) for _ in range(300))
+    )
+    folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path / "tiny")
+    model = models.load_causal_lm(str(folder), "float32")
+    install_token_loss(model, "chunked")
+    config = _config(tmp_path, "bf16")
+    job = TrainingJob(
+        stage="cpt",
+        progress_label="cpt",
+        base_ref=str(folder),
+        train_files=[],
+        eval_files=[],
+        trainer_dir=tmp_path / "trainer",
+        model_dir=tmp_path / "model",
+        settings=config.cpt.model_copy(update={"max_steps": 1, "warmup_fraction": 0.0}),
+    )
+    args = _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1)
+    args.use_cpu = True
+    assert args.bf16
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(4):
+        ids = torch.randint(0, model.config.vocab_size, (32,), generator=generator)
+        shift = ids.roll(-1)
+        shift[-1] = -100
+        rows.append({"input_ids": ids, "position_ids": torch.arange(32), "shift_labels": shift, "labels": ids})
+
+    seen: list[torch.dtype] = []
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda module, inputs, out: seen.append(out.dtype))
+    trainer = _packed_trainer_class()(
+        model=model, args=args, train_dataset=rows, eval_dataset=rows, compute_metrics=observation_cross_entropy
+    )
+    trainer.train()
+    assert set(seen) == {torch.bfloat16}  # the step ran under autocast
+    seen.clear()
+    measured = trainer.evaluate()["eval_observation_ce"]
+    assert set(seen) == {torch.float32}
+    # What a float32 Trainer reports for the same model: one measurement, whichever stage takes it.
+    float32_args = _training_arguments(_config(tmp_path, "none"), job, fresh=True, has_eval=False, accumulation=1)
+    float32_args.use_cpu = True
+    assert not float32_args.bf16
+    reference = _packed_trainer_class()(
+        model=model, args=float32_args, eval_dataset=rows, compute_metrics=observation_cross_entropy
+    )
+    assert measured == reference.evaluate()["eval_observation_ce"]
+    assert set(seen) == {torch.float32}

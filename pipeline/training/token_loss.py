@@ -19,6 +19,7 @@ instead of logits; the Trainer divides (pipeline/training/trainer.py). The outpu
 directly, so under DeepSpeed ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
 """
 
+import contextlib
 import logging
 from typing import Literal
 
@@ -136,7 +137,8 @@ def linear_cross_entropy_sum(hidden, weight, bias, targets, implementation: Lite
 def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> None:
     """Make `model(input_ids, position_ids, shift_labels)` return the summed next-token loss over
     labelled positions ("loss_sum") and their number ("label_count"); with `per_row=True` (held-out
-    evaluation, no gradient) per-row sums and counts ("row_loss_sums", "row_label_counts").
+    evaluation, no gradient, in the weights' precision even under autocast) per-row sums and counts
+    ("row_loss_sums", "row_label_counts").
     The instance is a training instance from then on (no logits, no generation); what is saved from
     it is an ordinary model folder."""
     import torch
@@ -172,7 +174,14 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
                     "max_length_q": max_length_q,
                     "max_length_k": max_length_k,
                 }
-        hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
+        # Held-out evaluation (`per_row`) runs in the weights' own precision, never under the bf16 autocast that
+        # accelerate wraps this forward in for training: a stage's CE "before" is often the "after" of the stage
+        # that trained its base (pipeline/training/trainer.py, heldout_ce.json), and the demo's CPT trains under
+        # bf16 while its SFT trains in float32. The demo's CPT checkpoint measured 0.7993 under bf16 and 0.8000
+        # in float32 on the same windows: a third of the +0.005 SFT was reported to add.
+        precision = torch.autocast(input_ids.device.type, enabled=False) if per_row else contextlib.nullcontext()
+        with precision:
+            hidden = body(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
         labelled = shift_labels != IGNORE_INDEX
         if not per_row:
             # The head is read, never called: under ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
