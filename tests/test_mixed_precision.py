@@ -101,13 +101,8 @@ def test_cpt_sft_and_rl_pass_the_choice_to_their_trainers(tmp_path, choice):
     assert grpo_arguments(config, tmp_path / "rl", [0.9, 0.1]).bf16 is (choice == "bf16")
 
 
-@pytest.mark.parametrize("choice", ["bf16", "none"])
-def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_path, choice):
-    """A real optimizer step of the tiny model through the Trainer with the arguments CPT builds: under bf16 the
-    projections compute in bfloat16, the weights stay float32 and move."""
-    import torch
-    from transformers import Trainer
-
+def _one_step_cpt(tmp_path, choice: str):
+    """The tiny model (float32), and CPT's job and Trainer arguments for one step under `choice`, on the CPU."""
     from pipeline.training.trainer import TrainingJob, _training_arguments
 
     rng = random.Random(0)
@@ -116,7 +111,6 @@ def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_
         "\n".join(" ".join(rng.choice("ls cat grep total file".split()) for _ in range(12)) for _ in range(300))
     )
     folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path / "tiny")
-    model = models.load_causal_lm(str(folder), "float32")
     config = _config(tmp_path, choice)
     job = TrainingJob(
         stage="cpt",
@@ -130,6 +124,17 @@ def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_
     )
     args = _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1)
     args.use_cpu = True  # the device machine has a GPU: this is the CPU path
+    return models.load_causal_lm(str(folder), "float32"), job, args
+
+
+@pytest.mark.parametrize("choice", ["bf16", "none"])
+def test_a_trainer_step_on_the_cpu_runs_its_matmuls_in_the_chosen_precision(tmp_path, choice):
+    """A real optimizer step of the tiny model through the Trainer with the arguments CPT builds: under bf16 the
+    projections compute in bfloat16, the weights stay float32 and move."""
+    import torch
+    from transformers import Trainer
+
+    model, _, args = _one_step_cpt(tmp_path, choice)
     ids = torch.randint(0, model.config.vocab_size, (32,))
     rows = [{"input_ids": ids, "labels": ids.clone()}] * 4
 
@@ -153,33 +158,13 @@ def test_held_out_cross_entropy_is_measured_in_float32_when_training_runs_under_
 
     from pipeline.training.token_loss import install_token_loss
     from pipeline.training.trainer import (
-        TrainingJob,
         _packed_trainer_class,
         _training_arguments,
         observation_cross_entropy,
     )
 
-    rng = random.Random(0)
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(
-        "\n".join(" ".join(rng.choice("ls cat grep total file".split()) for _ in range(12)) for _ in range(300))
-    )
-    folder = build_tiny_model(TinyModelConfig(), [corpus], tmp_path / "tiny")
-    model = models.load_causal_lm(str(folder), "float32")
+    model, job, args = _one_step_cpt(tmp_path, "bf16")
     install_token_loss(model, "chunked")
-    config = _config(tmp_path, "bf16")
-    job = TrainingJob(
-        stage="cpt",
-        progress_label="cpt",
-        base_ref=str(folder),
-        train_files=[],
-        eval_files=[],
-        trainer_dir=tmp_path / "trainer",
-        model_dir=tmp_path / "model",
-        settings=config.cpt.model_copy(update={"max_steps": 1, "warmup_fraction": 0.0}),
-    )
-    args = _training_arguments(config, job, fresh=True, has_eval=False, accumulation=1)
-    args.use_cpu = True
     assert args.bf16
     generator = torch.Generator().manual_seed(0)
     rows = []
