@@ -27,13 +27,21 @@ from bench.local_decoding import demo_requests
 
 
 def answer(
-    backend, prompts: list[list[int]], max_tokens: int, min_shared_prefix: int | None
+    backend, prompts: list[list[int]], max_tokens: int, min_shared_prefix: int | None, draft_tokens: int | None = None
 ) -> tuple[list[list[int]], int, float]:
-    """Greedy answers to `prompts`, all admitted at once; (answers, prompt tokens prefilled, seconds)."""
-    from pipeline.llm.batching import Row, Sampling, Scheduler
+    """Greedy answers to `prompts`, all admitted at once; (answers, prompt tokens prefilled, seconds). `draft_tokens`:
+    the scheduler's (None: its default)."""
+    from pipeline.llm.batching import DRAFT_TOKENS, Row, Sampling, Scheduler
 
     model, tokenizer, stops = backend._load()
-    scheduler = Scheduler(model, tokenizer, stops, max_batch=len(prompts), min_shared_prefix=min_shared_prefix)
+    scheduler = Scheduler(
+        model,
+        tokenizer,
+        stops,
+        max_batch=len(prompts),
+        min_shared_prefix=min_shared_prefix,
+        draft_tokens=DRAFT_TOKENS if draft_tokens is None else draft_tokens,
+    )
     done, ended = threading.Event(), []
 
     def listener(step) -> None:

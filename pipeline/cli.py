@@ -256,6 +256,14 @@ def serve(
     max_body_mb: Annotated[
         float, typer.Option(min=0.001, help="Largest request body in MiB, refused (413) before it is read.")
     ] = 4.0,
+    draft_tokens: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Embedded engine: tokens a greedy request may guess ahead a step by prompt lookup, kept only where "
+            "the model agrees (the same answers, fewer steps); 0 decodes one token a step.",
+        ),
+    ] = 4,
 ) -> None:
     """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
     /v1/models, /health."""
@@ -283,7 +291,7 @@ def serve(
         raise typer.Exit(2)
     from pipeline.serving.server import serve as run_server
 
-    run_server(checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)))
+    run_server(checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)), draft_tokens)
 
 
 @app.command("openenv")

@@ -129,6 +129,16 @@ class EndpointConfig(Section):
         "`max_tokens`, and hold its whole batch there. None: every row runs to its own end. Ignored by the openai "
         "backend (the server decides).",
     )
+    draft_tokens: int = Field(
+        default=4,
+        ge=0,
+        description="transformers: tokens a greedy row may guess ahead each decoding step by prompt lookup (the tokens "
+        "that followed the last occurrence of its last few tokens in its prompt or answer: pipeline/llm/prompt_lookup.py), "
+        "all checked in the step's one forward pass and kept as far as the model agrees, so the answer is the one "
+        "decoded token by token in fewer steps. A world model's answers copy their history (file names, JSON keys, the "
+        "end of an observation) and a small model's loops repeat themselves: on the demo's validation pass 128 steps "
+        "became 69 (bench/prompt_lookup.py). 0: one token a step. Sampled rows never guess.",
+    )
     device: str = Field(
         default="auto",
         description="transformers: torch device; `auto` is the first CUDA GPU when there is one, else CPU.",

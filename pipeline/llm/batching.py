@@ -17,7 +17,10 @@ One decoding thread owns the model. Each step it
    sampling: logit bias and presence / frequency penalties, then greedy at temperature 0, else
    temperature and top-p from the row's own generator, seeded from the request's seed and the choice
    index, so a seeded request gives the same answer at every call (float rounding of a differently
-   padded batch may rarely move a sampled token; greedy is the exact path);
+   padded batch may rarely move a sampled token; greedy is the exact path). A greedy row runs draft tokens
+   with its next one (pipeline/llm/prompt_lookup.py: guesses from its prompt and answer, as many as pay for
+   the step, `step_width`) and keeps them as far as it would have chosen them itself; the columns of the
+   rest are masked, like padding;
 3. ends rows at an end token (unless `ignore_eos`), a stop string (cut before it), the token budget,
    a loop (`stop_on_repetition`, pipeline/llm/repetition.py: what the row would write next is more of
    the same), or cancellation (the client went away), and drops them from the batch and its cache (in
@@ -97,6 +100,11 @@ class Row:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     generator: Any = None
+    lookup: Any = None  # PromptLookup over prompt and answer, for a greedy row's draft tokens
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling.temperature == 0
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -105,6 +113,9 @@ class Row:
 # The fewest tokens prompts must have in common beyond what is already shared for their common part to run
 # once: below it, a separate one-row pass costs more in overhead than it saves.
 MIN_SHARED_PREFIX = 32
+
+# Draft tokens a greedy row may run in a step beside its next one (pipeline/llm/prompt_lookup.py).
+DRAFT_TOKENS = 4
 
 
 class Scheduler:
@@ -115,6 +126,7 @@ class Scheduler:
         stop_token_ids: list[int],
         max_batch: int,
         min_shared_prefix: int | None = MIN_SHARED_PREFIX,
+        draft_tokens: int = DRAFT_TOKENS,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -123,6 +135,8 @@ class Scheduler:
         self.min_shared_prefix = (
             min_shared_prefix  # None: every prompt prefilled whole (bench/prefix_sharing.py's baseline)
         )
+        self.draft_tokens = draft_tokens  # 0: one token a row a step, no prompt lookup
+        self.drafted = self.accepted = 0  # draft tokens run and kept (greedy rows)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._waiting: deque[Row] = deque()
         self._wake = threading.Condition()
@@ -290,31 +304,97 @@ class Scheduler:
                 self.cancelled += 1
                 row.listener(Step(self._text(row), None, "cancelled", len(row.generated)))
                 continue
-            token, logprob = self._choose(batch.logits[i], row)
-            row.generated.append(token)
-            if logprob is not None:
-                row.logprobs.append(logprob)
-            finish, text = self._finished(row, token)
-            if row.streaming or finish is not None:
-                row.listener(Step(text, logprob, finish, len(row.generated)))
-            if finish is None:
+            if self._take(row, *self._choose(batch.logits[i], row)):
                 keep.append(i)
         if not keep:
             return None
         batch = batch.select(keep)  # the rows that stay, perhaps in a new order
+        drafts = self._drafts(batch.rows)
+        width = 1 + max(map(len, drafts))
         device = self.model.device
-        step_ids = torch.tensor([row.generated[-1] for row in batch.rows], dtype=torch.long, device=device)[:, None]
-        batch.mask = torch.cat([batch.mask, torch.ones_like(step_ids)], dim=1)
-        batch.last_position = batch.last_position + 1
+        step_ids = torch.full((batch.size, width), self.pad_id, dtype=torch.long, device=device)
+        fed = torch.zeros((batch.size, width), dtype=batch.mask.dtype, device=device)
+        for i, (row, draft) in enumerate(zip(batch.rows, drafts)):
+            step_ids[i, : 1 + len(draft)] = torch.tensor([row.generated[-1], *draft], device=device)
+            fed[i, : 1 + len(draft)] = 1
+        batch.mask = torch.cat([batch.mask, fed], dim=1)
+        positions = batch.last_position.unsqueeze(1) + 1 + torch.arange(width, device=device)
         logits = self.model(
             input_ids=step_ids,
             attention_mask=batch.mask,
-            position_ids=batch.last_position.unsqueeze(1),
+            position_ids=positions,
             use_cache=True,
             **{self._cache_keyword: batch.cache},
-        ).logits[:, -1, :]
-        batch.logits = logits.float()
-        return batch
+        ).logits.float()
+        if width == 1:
+            batch.logits = logits[:, -1, :]
+            batch.last_position = batch.last_position + 1
+            return batch
+        return self._verified(batch, drafts, logits)
+
+    def _drafts(self, rows: list[Row]) -> list[list[int]]:
+        """Each row's draft tokens (pipeline/llm/prompt_lookup.py): greedy rows only, a sampled token cannot be
+        checked against a guess without changing its distribution. How many a step runs (`step_width`) follows the
+        rows' record of kept drafts and the batch's size: with many rows a step is bound by its tokens' arithmetic,
+        and guesses that miss cost it; with few it is bound by reading the weights, and guesses come nearly free."""
+        from pipeline.llm.prompt_lookup import PromptLookup, step_width
+
+        drafts: list[list[int]] = []
+        acceptance: list[float] = []
+        for row in rows:
+            if self.draft_tokens <= 0 or not row.greedy:
+                drafts.append([])
+                acceptance.append(0.0)
+                continue
+            if row.lookup is None:
+                row.lookup = PromptLookup(row.prompt)
+            row.lookup.extend(row.generated[len(row.lookup.tokens) - len(row.prompt) :])
+            drafts.append(row.lookup.draft(self.draft_tokens))
+            acceptance.append(row.lookup.acceptance)
+        width = step_width(drafts, acceptance)
+        return [draft[: width - 1] for draft in drafts]
+
+    def _verified(self, batch: "_Batch", drafts: list[list[int]], logits) -> "_Batch | None":
+        """After a step that ran draft tokens: each row keeps its drafts up to the first the model would not
+        have chosen (each chosen from the logits after the one before, as if decoded one at a time), the
+        columns of the rest are masked, and its next token's logits are those after its last kept token."""
+        import torch
+
+        width = logits.shape[1]
+        keep, kept_drafts = [], []
+        for i, (row, draft) in enumerate(zip(batch.rows, drafts)):
+            kept, going, cut = 0, True, False
+            while kept < len(draft):
+                token, logprob = self._choose(logits[i, kept], row)
+                if token != draft[kept]:
+                    cut = True
+                    break
+                kept += 1
+                going = self._take(row, token, logprob)
+                if not going:
+                    break
+            if draft:
+                row.lookup.record(len(draft), kept, cut)
+            batch.mask[i, batch.mask.shape[1] - width + 1 + kept :] = 0
+            self.drafted += len(draft)
+            self.accepted += kept
+            kept_drafts.append(kept)
+            if going:
+                keep.append(i)
+        advanced = torch.tensor(kept_drafts, device=logits.device)
+        batch.last_position = batch.last_position + 1 + advanced
+        batch.logits = logits[torch.arange(len(drafts), device=logits.device), advanced]
+        return batch.select(keep) if keep else None
+
+    def _take(self, row: Row, token: int, logprob: "TokenLogprob | None") -> bool:
+        """`token` appended to the row's answer, the row told when it streams or finishes; whether it goes on."""
+        row.generated.append(token)
+        if logprob is not None:
+            row.logprobs.append(logprob)
+        finish, text = self._finished(row, token)
+        if row.streaming or finish is not None:
+            row.listener(Step(text, logprob, finish, len(row.generated)))
+        return finish is None
 
     def _choose(self, logits, row: Row) -> tuple[int, TokenLogprob | None]:
         import torch

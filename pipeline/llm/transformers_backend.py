@@ -118,6 +118,7 @@ class TransformersBackend:
     def _load(self) -> tuple[Any, Any, list[int]]:
         """Model, tokenizer and stop token ids, loaded once per client."""
         if self._loaded is None:
+            from pipeline.llm.packed_attention import use_packed_attention
             from pipeline.training.models import load_causal_lm, load_tokenizer
             from pipeline.training.tiny_model import IM_END
 
@@ -126,7 +127,7 @@ class TransformersBackend:
             if not tokenizer.chat_template:
                 raise ValueError(f"transformers backend: the tokenizer of {ref} has no chat template")
             tokenizer.padding_side = "left"
-            model = load_causal_lm(ref).to(_device(self.endpoint.device)).eval()
+            model = use_packed_attention(load_causal_lm(ref).to(_device(self.endpoint.device)).eval())
             if self.endpoint.quantize == "int8":
                 model = int8_weights(model)
             stops = {tokenizer.eos_token_id}
@@ -140,7 +141,9 @@ class TransformersBackend:
         from pipeline.llm.batching import Scheduler
 
         model, tokenizer, stops = await asyncio.to_thread(self._load)
-        scheduler = self.scheduler = Scheduler(model, tokenizer, stops, max_batch=self.batch_size)
+        scheduler = self.scheduler = Scheduler(
+            model, tokenizer, stops, max_batch=self.batch_size, draft_tokens=self.endpoint.draft_tokens
+        )
         one_generate = asyncio.Lock()
 
         async def send(requests: list[ChatRequest]) -> list[Completion]:

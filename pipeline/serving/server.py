@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
-from pipeline.llm.batching import Row, Sampling, Scheduler, Step, TokenLogprob
+from pipeline.llm.batching import DRAFT_TOKENS, Row, Sampling, Scheduler, Step, TokenLogprob
 from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFormat, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
@@ -194,14 +194,16 @@ def _logprob_entry(model, token: TokenLogprob) -> dict[str, Any]:
     return entry
 
 
-def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_bytes: int = 4 << 20):
+def build_app(
+    model, default_max_tokens: int, max_batch: int = 32, max_body_bytes: int = 4 << 20, draft_tokens: int = DRAFT_TOKENS
+):
     """The FastAPI application over a loaded `WorldModel`."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response, StreamingResponse
     from starlette.exceptions import HTTPException
 
     app = FastAPI(title="Simulacra world model", docs_url=None, redoc_url=None, openapi_url=None)
-    scheduler = Scheduler(model.model, model.tokenizer, model.stop_token_ids, max_batch)
+    scheduler = Scheduler(model.model, model.tokenizer, model.stop_token_ids, max_batch, draft_tokens=draft_tokens)
     app.state.scheduler = scheduler
     fingerprint = f"simulacra-{model.metadata.get('fingerprint', 'unknown')}"
 
@@ -405,7 +407,14 @@ def build_app(model, default_max_tokens: int, max_batch: int = 32, max_body_byte
 
 
 def serve(
-    model_dir, host: str, port: int, device: str, default_max_tokens: int, max_batch: int, max_body_bytes: int
+    model_dir,
+    host: str,
+    port: int,
+    device: str,
+    default_max_tokens: int,
+    max_batch: int,
+    max_body_bytes: int,
+    draft_tokens: int = DRAFT_TOKENS,
 ) -> None:
     import uvicorn
 
@@ -418,5 +427,8 @@ def serve(
         flush=True,
     )
     uvicorn.run(
-        build_app(model, default_max_tokens, max_batch, max_body_bytes), host=host, port=port, log_level="warning"
+        build_app(model, default_max_tokens, max_batch, max_body_bytes, draft_tokens),
+        host=host,
+        port=port,
+        log_level="warning",
     )

@@ -6,6 +6,7 @@ serve --engine vllm` runs the same folder on vLLM (pipeline/serving/vllm_engine.
 
 from pathlib import Path
 
+from pipeline.llm.packed_attention import use_packed_attention
 from pipeline.serving.chatml import PromptTokens
 from pipeline.serving.export_folder import read_metadata
 from pipeline.serving.prompt_formats import prompt_format
@@ -27,7 +28,7 @@ class WorldModel:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval()
+        self.model = use_packed_attention(AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval())
         self._prompt_tokens = PromptTokens(self.tokenizer, self.format.thinking)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
