@@ -170,7 +170,11 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
-            request = json.loads(self.rfile.read(length) or b"{}")
+            raw = self.rfile.read(length)
+            if len(raw) < length:  # the client went away mid-request (a killed worker): nothing to answer
+                self.close_connection = True
+                return
+            request = json.loads(raw or b"{}")
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
@@ -179,9 +183,12 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if server.latency_s:
                 time.sleep(server.latency_s)
             fault = server._next_fault()
-            entry.outcome = fault.kind if fault else "answered"
+            if fault is not None and fault.kind != "answer":
+                entry.outcome = fault.kind
             if fault is None or fault.kind == "answer":
                 entry.answer = fault.text if fault else server.answer(request)
+                # Only once there is an answer: a request the answer function refused stays "pending".
+                entry.outcome = fault.kind if fault else "answered"
                 self._send_json(200, server._completion(request, entry.answer))
             elif fault.kind == "rate_limit":
                 retry_after = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
