@@ -124,7 +124,7 @@ def test_a_step_runs_long_drafts_for_few_rows_or_loops_and_none_for_a_full_batch
     from pipeline.llm.prompt_lookup import step_width
 
     four = [[1, 2, 3, 4]]
-    assert step_width(four * 4, [0.5] * 4) == 4  # few rows, even odds: three guesses (the fourth would not pay)
+    assert step_width(four * 4, [0.5] * 4) == 2  # few rows, even odds: one guess each
     assert step_width(four * 4, [0.95] * 4) == 5  # few rows in a loop: all four
     assert step_width(four * 24, [0.95] * 24) == 5  # a full batch in a loop: all four still pay
     assert step_width(four * 24, [0.3] * 24) == 1  # a full batch writing anew: one token a step
@@ -140,6 +140,29 @@ def test_a_row_keeps_its_record_of_kept_and_refused_drafts():
     lookup.record(3, 2, cut=False)  # the row finished on the second
     assert (lookup.kept, lookup.refused) == (7, 1)
     assert lookup.acceptance == 8 / 10
+
+
+def test_a_guess_not_run_is_checked_against_the_token_written():
+    lookup = PromptLookup([1, 2, 3, 1, 2])
+    lookup.proposed = [3, 1]
+    lookup.extend([3])  # the row wrote what was guessed
+    assert (lookup.kept, lookup.refused) == (1, 0)
+    lookup.proposed = [1, 2]
+    lookup.extend([7])
+    assert (lookup.kept, lookup.refused, lookup.proposed) == (1, 1, [])
+    lookup.extend([8])  # nothing proposed: nothing recorded
+    assert (lookup.kept, lookup.refused) == (1, 1)
+
+
+def test_a_full_batch_in_a_loop_comes_to_run_its_drafts(tiny_lm):
+    """24 rows of a random tiny model (each repeats one token) start at even odds, where a full batch runs one
+    token a step; the guesses not run are checked against what the rows write, and the batch then runs them."""
+    from pipeline.llm.batching import Sampling
+
+    model, tokenizer = tiny_lm
+    prompts = [tokenizer.encode(f"ls notes {i} cat", add_special_tokens=False) for i in range(24)]
+    _, _, scheduler = _decode(model, tokenizer, prompts, Sampling(max_tokens=30, temperature=0, ignore_eos=True), 4)
+    assert scheduler.accepted > 24 * 10
 
 
 def _grouped_query_model():

@@ -352,6 +352,10 @@ class Scheduler:
             drafts.append(row.lookup.draft(self.draft_tokens))
             acceptance.append(row.lookup.acceptance)
         width = step_width(drafts, acceptance)
+        if width == 1:
+            for row, draft in zip(rows, drafts):
+                if row.lookup is not None:
+                    row.lookup.proposed = draft
         return [draft[: width - 1] for draft in drafts]
 
     def _verified(self, batch: "_Batch", drafts: list[list[int]], logits) -> "_Batch | None":

@@ -15,10 +15,12 @@ place of 129.
 LONGEST = 3  # the longest n-gram looked up: longer ones rarely match where shorter ones miss
 
 # A decoding step's cost in tokens' worth: about `STEP_OVERHEAD_TOKENS + tokens run` (every row runs as many as the
-# longest draft, padded). On 2 cores with SmolLM2-135M after 1,500-token prompts a step took 0.23 s at 22 rows of one
-# token and 0.44 s of five, 0.12 s at 6 rows of one and 0.20 s of five: a fixed part (reading the weights) worth 30-75
-# tokens of the per-token part. On a GPU the fixed part is worth far more, and drafts come cheaper still.
-STEP_OVERHEAD_TOKENS = 48
+# longest draft, padded). On 2 cores with SmolLM2-135M a step took 0.23 s at 22 rows of one token and 0.44 s of five
+# after 1,500-token prompts (a fixed part worth about 75 tokens), but 0.10 s at 5 rows of one and 0.21 s of five
+# after 440-token prompts (about 14): at 48 an evaluation pass of the demo decoded slower with drafts than without
+# (26.2-26.8 s against 21.8-24.4), at 16 faster (20.8-20.9), and a validation pass as fast as at 48 (12.4-13.6 s
+# against 16.8-17.0 without). On a GPU the fixed part is worth far more.
+STEP_OVERHEAD_TOKENS = 16
 
 
 class PromptLookup:
@@ -29,6 +31,7 @@ class PromptLookup:
         self.tokens: list[int] = []
         self._latest: dict[tuple[int, ...], int] = {}
         self.kept = self.refused = 0  # draft tokens the model agreed with; drafts cut short by one it did not
+        self.proposed: list[int] = []  # a draft the step did not run: checked against the next token for free
         self.extend(tokens)
 
     @property
@@ -43,6 +46,11 @@ class PromptLookup:
         self.refused += cut and kept < drafted
 
     def extend(self, tokens: list[int]) -> None:
+        if self.proposed and tokens:
+            # A guess not run is still a guess: its first token against the one the row wrote keeps the record
+            # up to date while the batch is too full to run drafts, so a row in a loop is seen as one.
+            self.record(1, int(tokens[0] == self.proposed[0]), tokens[0] != self.proposed[0])
+        self.proposed = []
         for token in tokens:
             # The n-grams ending at the current last token are now followed by one: index them.
             end = len(self.tokens)
