@@ -59,6 +59,35 @@ def answer(
     return [row.generated for row in rows], scheduler.prefilled_tokens, seconds
 
 
+def print_alternating(
+    prompts: list[list[int]],
+    label: str,
+    passes: dict[str, list[float]],
+    answers: dict[str, list[list[int]]],
+    faster: str,
+    notes: dict[str, str] | None = None,
+) -> None:
+    """The report of two variants' alternating passes (the first the baseline): the requests and answers, each
+    pass's seconds (and a note per variant), the medians' ratio, and for how many requests the answers agree."""
+    import os
+    import statistics
+
+    baseline, candidate = passes
+    lengths = sorted(map(len, answers[candidate]))
+    print(
+        f"{len(prompts)} greedy requests at once, {label}; {sum(map(len, prompts))} prompt tokens; answers of "
+        f"{lengths[0]} to {lengths[-1]} tokens (median {lengths[len(lengths) // 2]}, {sum(lengths)} in all)"
+    )
+    for name, series in passes.items():
+        print(f"{name:<9} " + ", ".join(f"{seconds:.1f} s" for seconds in series) + (notes or {}).get(name, ""))
+    ratio = statistics.median(passes[baseline]) / statistics.median(passes[candidate])
+    same = sum(a == b for a, b in zip(answers[baseline], answers[candidate]))
+    print(
+        f"ratio (medians): {ratio:.2f}x faster {faster}; same answer for {same} of {len(prompts)}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_argument(parser)

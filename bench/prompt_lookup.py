@@ -13,8 +13,6 @@ token but for float rounding: a step of several tokens a row sums in another ord
 """
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.base_model import add_model_argument, model_folder
 from bench.local_decoding import demo_requests
-from bench.prefix_sharing import answer
+from bench.prefix_sharing import answer, print_alternating
 
 
 def main() -> None:
@@ -67,24 +65,9 @@ def main() -> None:
                 passes[variant].append(seconds)
     batching.Scheduler._step = counting
 
-    lengths = sorted(map(len, answers["drafts"]))
-    print(
-        f"{len(prompts)} greedy requests at once, max_tokens {args.max_tokens}, model {args.model}; "
-        f"{sum(map(len, prompts))} prompt tokens; answers of {lengths[0]} to {lengths[-1]} tokens "
-        f"(median {lengths[len(lengths) // 2]}, {sum(lengths)} in all)"
-    )
-    for name, series in passes.items():
-        print(
-            f"{name:<9} "
-            + ", ".join(f"{seconds:.1f} s" for seconds in series)
-            + f"; {steps[name] // args.repeats} steps a pass"
-        )
-    plain, drafted = statistics.median(passes["one token"]), statistics.median(passes["drafts"])
-    same = sum(a == b for a, b in zip(answers["one token"], answers["drafts"]))
-    print(
-        f"ratio (medians): {plain / drafted:.2f}x faster with {args.draft_tokens} draft tokens; same answer for {same} "
-        f"of {len(prompts)}; load average {os.getloadavg()[0]:.1f}"
-    )
+    label = f"max_tokens {args.max_tokens}, model {args.model}"
+    notes = {name: f"; {count // args.repeats} steps a pass" for name, count in steps.items()}
+    print_alternating(prompts, label, passes, answers, f"with {args.draft_tokens} draft tokens", notes)
 
 
 if __name__ == "__main__":

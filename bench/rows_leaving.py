@@ -14,8 +14,6 @@ and whether the answers agree (they should to the token: the same tensors, only 
 """
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.base_model import add_model_argument, model_folder
 from bench.local_decoding import demo_requests
-from bench.prefix_sharing import answer
+from bench.prefix_sharing import answer, print_alternating
 
 
 def select_copying(batch, keep: list[int]):
@@ -80,20 +78,8 @@ def main() -> None:
                 passes[name].append(seconds)
         batching._Batch.select = in_place
 
-    lengths = sorted(map(len, answers["in place"]))
-    print(
-        f"{len(prompts)} greedy requests at once, max_tokens {args.max_tokens}, model {args.model}; "
-        f"{sum(map(len, prompts))} prompt tokens; answers of {lengths[0]} to {lengths[-1]} tokens "
-        f"(median {lengths[len(lengths) // 2]})"
-    )
-    for name, series in passes.items():
-        print(f"{name:<9} " + ", ".join(f"{seconds:.1f} s" for seconds in series))
-    copying, kept = statistics.median(passes["copying"]), statistics.median(passes["in place"])
-    same = sum(a == b for a, b in zip(answers["copying"], answers["in place"]))
-    print(
-        f"ratio (medians): {copying / kept:.2f}x faster in place; same answer for {same} of {len(prompts)}; "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
+    label = f"max_tokens {args.max_tokens}, model {args.model}"
+    print_alternating(prompts, label, passes, answers, "in place")
 
 
 if __name__ == "__main__":
