@@ -26,9 +26,10 @@ def test_no_draft_when_the_last_token_never_occurred_before():
     assert PromptLookup([]).draft(4) == []
 
 
-def test_a_loop_drafts_its_own_continuation_up_to_the_end():
-    lookup = PromptLookup([5, 6, 5, 6, 5])
-    assert lookup.draft(8) == [6, 5]  # what followed "5 6 5" last, as far as the row has gone
+def test_a_loop_drafts_its_own_continuation_round_and_round():
+    assert PromptLookup([5, 6, 5, 6, 5]).draft(5) == [6, 5, 6, 5, 6]  # "5 6 5" two tokens back: period 2
+    assert PromptLookup([9, 3, 3]).draft(4) == [3, 3, 3, 3]  # a one-token loop
+    assert PromptLookup([1, 2, 3, 4, 1, 2]).draft(3) == [3, 4, 1]  # what followed, then round again
 
 
 def test_growing_a_row_indexes_as_building_it_whole():

@@ -60,14 +60,22 @@ class PromptLookup:
             self.tokens.append(token)
 
     def draft(self, count: int) -> list[int]:
-        """Up to `count` tokens that followed the latest earlier occurrence of the longest n-gram the row ends
-        with; none when its last token never occurred before."""
+        """`count` tokens: those that followed the latest earlier occurrence of the longest n-gram the row ends
+        with (and, where they run into the row's end, the same again); none when its last token never occurred
+        before."""
         if count <= 0:
             return []
-        for n in range(min(LONGEST, len(self.tokens)), 0, -1):
+        end = len(self.tokens)
+        for n in range(min(LONGEST, end), 0, -1):
             start = self._latest.get(tuple(self.tokens[-n:]))
             if start is not None:
-                return self.tokens[start + n : start + n + count]
+                # Past the row's end the guess goes round again: a match `period` tokens back says the row repeats
+                # with that period (a one-token loop guesses `count` more of it, not the one token written since).
+                period = end - n - start
+                draft = self.tokens[start + n : start + n + count]
+                while len(draft) < count:
+                    draft.append(draft[len(draft) - period])
+                return draft
         return []
 
 
