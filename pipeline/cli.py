@@ -22,6 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
 from pipeline.errors import INTERRUPTED, UserFixableError, interrupted, interrupts_received, watch_for_interrupts
+from pipeline.llm.batching import DRAFT_TOKENS  # the standard library only at import
 
 console = Console(stderr=True)
 # Stages that load the base model or a checkpoint trained from it: `simulacra run` of any of them converts a GGUF
@@ -263,7 +264,7 @@ def serve(
             help="Embedded engine: tokens a greedy request may guess ahead a step by prompt lookup, kept only where "
             "the model agrees (the same answers, fewer steps); 0 decodes one token a step.",
         ),
-    ] = 4,
+    ] = DRAFT_TOKENS,
 ) -> None:
     """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
     /v1/models, /health."""

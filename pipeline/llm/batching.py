@@ -45,7 +45,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.llm.prompt_lookup import PromptLookup
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class Row:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     generator: Any = None
-    lookup: Any = None  # PromptLookup over prompt and answer, for a greedy row's draft tokens
+    lookup: "PromptLookup | None" = None  # over prompt and answer, for a greedy row's draft tokens
 
     @property
     def greedy(self) -> bool:
@@ -377,7 +380,7 @@ class Scheduler:
                 going = self._take(row, token, logprob)
                 if not going:
                     break
-            if draft:
+            if draft and row.lookup is not None:  # a row with a draft has its lookup
                 row.lookup.record(len(draft), kept, cut)
             batch.mask[i, batch.mask.shape[1] - width + 1 + kept :] = 0
             self.drafted += len(draft)
