@@ -200,9 +200,9 @@ def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path)
     metrics = result.metrics
     # Resumed at the saved step, not from 0, and finished the configured steps.
     assert (metrics["resumed_from_step"], metrics["first_step_this_run"], metrics["global_step"]) == (8, 8, 24)
-    # Packed rows of 256 tokens, 4 a step, on the CPU's attention path and loss.
+    # Packed rows of 256 tokens, 4 a step, on the CPU's attention path (each sequence on its own) and loss.
     assert (metrics["attention_implementation"], metrics["loss_implementation"], metrics["tokens_per_step"]) == (
-        "sdpa",
+        "simulacra_segments",
         "chunked",
         1024,
     )

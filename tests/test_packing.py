@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pipeline.training import segment_attention
 from pipeline.training.packing import PackedCollator, PackedSequences, pack_rows
 from pipeline.training.sequences import IGNORE_INDEX
 from pipeline.training.token_loss import install_token_loss
@@ -63,6 +64,8 @@ def tiny_model(attention="sdpa", seed=0):
         tie_word_embeddings=True,
     )
     flash = attention == "flash_attention_2"
+    if attention == segment_attention.NAME:
+        segment_attention.register()
     config._attn_implementation = "sdpa" if flash else attention
     model = Qwen3ForCausalLM(config)
     return use_flash_attention(model) if flash else model
@@ -188,17 +191,23 @@ def unpacked_loss(model, sequences):
     return total / count
 
 
-def packed_loss(model, sequences, max_length):
+def packed_batch(sequences, max_length):
     dataset = PackedSequences(ListSequences(sequences), max_length, seed=0)
-    batch = PackedCollator(pad_token_id=0, width=max_length)([dataset[i] for i in range(len(dataset))])
+    return PackedCollator(pad_token_id=0, width=max_length)([dataset[i] for i in range(len(dataset))])
+
+
+def packed_loss(model, sequences, max_length):
+    batch = packed_batch(sequences, max_length)
     outputs = model(**batch)
-    return outputs["loss_sum"] / outputs["label_count"], len(dataset)
+    return outputs["loss_sum"] / outputs["label_count"], len(batch["input_ids"])
 
 
 @pytest.mark.parametrize(
     "attention, checkpointing",
     [
-        ("sdpa", False),  # the CPU path
+        ("sdpa", False),  # transformers' mask over the whole row
+        ("simulacra_segments", False),  # the CPU path: each sequence on its own
+        ("simulacra_segments", True),
         ("eager", False),
         ("sdpa", True),  # checkpointing recomputes layers
         # transformers' flash-attention path with CPU kernels (tests/cpu_flash_attention.py): the path a GPU
@@ -207,7 +216,7 @@ def packed_loss(model, sequences, max_length):
         ("flash_attention_2", True),
     ],
 )
-def test_packed_loss_and_gradients_equal_the_sequences_run_alone(request, attention, checkpointing):
+def test_packed_loss_and_gradients_equal_the_sequences_run_alone(request, monkeypatch, attention, checkpointing):
     kernels = request.getfixturevalue("flash_kernels") if attention == "flash_attention_2" else None
     sequences = random_sequences([30, 20, 11, 45, 8, 25, 17], keep=0.5)
     reference = tiny_model(attention)
@@ -221,8 +230,21 @@ def test_packed_loss_and_gradients_equal_the_sequences_run_alone(request, attent
     install_token_loss(model, "chunked")
     if kernels:
         kernels.varlen = kernels.whole_rows = 0
+    calls = []
+    if attention == segment_attention.NAME:  # every attention call is one sequence's, causal, with no mask
+        sdpa = F.scaled_dot_product_attention
+
+        def recorded(query, key, value, attn_mask=None, **kwargs):
+            calls.append((query.shape[2], attn_mask is None and kwargs["is_causal"]))
+            return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recorded)
     loss, rows = packed_loss(model, sequences, max_length=64)
     loss.backward()
+    if calls:  # the 7 sequences and the rows' padding tails, in each of the 2 layers (twice with recomputation)
+        segments = packed_batch(sequences, 64)["cu_seq_lens_q"].diff().tolist()
+        assert len(segments) > 7 and all(causal for _, causal in calls)
+        assert [length for length, _ in calls] == segments * 2 * (1 + checkpointing)
     assert 1 < rows < len(sequences)  # several sequences did share rows, and a micro-batch held several rows
     if kernels:  # every layer's attention ran on the offsets (twice each with recomputation)
         assert (kernels.varlen, kernels.whole_rows) == (2 * (1 + checkpointing), 0)

@@ -150,14 +150,17 @@ def packed_attention_implementation() -> str:
     """The attention path for packed rows (pipeline/training/packing.py), each isolating sequences its
     own way: flash-attention's variable-length kernels where `flash_attn` is installed on a CUDA GPU;
     else flex attention on CUDA (a sparse BlockMask from the sequence boundaries: no slower than plain
-    causal attention on an H200, STACK.md); else SDPA with a dense block-diagonal mask (CPUs: flex
-    attention has no backward there)."""
+    causal attention on an H200, STACK.md); else, on a CPU (where flex attention has no backward), SDPA
+    run causally on each sequence of a row, cut out by the same offsets (pipeline/training/segment_attention.py:
+    transformers' SDPA path masks the whole row densely, most of a CPU step's attention time)."""
     import importlib.util
 
     import torch
 
     if not torch.cuda.is_available():
-        return "sdpa"
+        from pipeline.training import segment_attention
+
+        return segment_attention.register()
     return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "flex_attention"
 
 
@@ -166,6 +169,14 @@ def reads_varlen_offsets(attention: str | None) -> bool:
     offsets rather than by a mask: `flash_attention_2/3/4` and hub kernels of flash-attention
     ("kernels-community/flash-attn2"), all of which go through transformers' `_flash_attention_forward`."""
     return attention is not None and "flash" in attention
+
+
+def takes_varlen_offsets(attention: str | None) -> bool:
+    """Whether packed rows hand an attention implementation the offsets: flash-attention, which needs them, and
+    the CPU's per-sequence SDPA, which reads them where it could otherwise only fall back to a mask."""
+    from pipeline.training.segment_attention import NAME
+
+    return reads_varlen_offsets(attention) or attention == NAME
 
 
 def load_causal_lm(

@@ -14,7 +14,7 @@ labelled positions (CPT labels a fraction of the observation tokens and nothing 
 `install_token_loss(model, implementation)` replaces the model's forward (on the instance, so
 DDP, FSDP and DeepSpeed still wrap and call it) with one that runs the body with restarting
 `position_ids` and no cache (packed rows, pipeline/training/packing.py), plus the collator's
-variable-length offsets under flash-attention, and returns the summed loss and the label count
+variable-length offsets under flash-attention and the CPU's per-sequence SDPA, and returns the summed loss and the label count
 instead of logits; the Trainer divides (pipeline/training/trainer.py). The output layer is read
 directly, so under DeepSpeed ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
 """
@@ -24,7 +24,7 @@ import logging
 from typing import Literal
 
 from pipeline.errors import UserFixableError
-from pipeline.training.models import reads_varlen_offsets
+from pipeline.training.models import reads_varlen_offsets, takes_varlen_offsets
 from pipeline.training.sequences import IGNORE_INDEX
 from pipeline.training.zero3 import full_parameters
 
@@ -163,8 +163,9 @@ def install_token_loss(model, implementation: Literal["liger", "chunked"]) -> No
         # the model needs neither: attention is isolated per sequence through position_ids (or, under
         # flash-attention, the offsets), and the padding tail is a sequence of its own that no label points into.
         varlen = {}
-        if reads_varlen_offsets(model.config._attn_implementation):
-            if cu_seq_lens_q is None and len(input_ids) > 1:
+        attention = model.config._attn_implementation
+        if takes_varlen_offsets(attention):
+            if cu_seq_lens_q is None and len(input_ids) > 1 and reads_varlen_offsets(attention):
                 # Without offsets flash-attention attends across the sequences of a row (packing.py).
                 raise ValueError("flash-attention over several packed rows needs the offsets PackedCollator adds")
             if cu_seq_lens_q is not None:
