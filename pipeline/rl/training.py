@@ -11,7 +11,8 @@ curve), each reward standardised within its group before the 9:1 weights apply
 (`multi_objective_aggregation="normalize_then_sum"` by default, issue 17 item 6: a reward that ties in
 a group adds no contrast, the other keeps its weight; tests/test_rl_advantages.py), CPU when there is no accelerator, bf16 autocast
 as `rl.mixed_precision` says, else `model.mixed_precision`. Checkpoints go through `AtomicCheckpoints` (pipeline/training/checkpoints.py): they
-appear whole or not at all, and a rerun resumes from the newest complete one.
+appear whole or not at all, and a rerun resumes from the newest complete one. TRL's fused LM head projects the
+completion's positions only, on a CPU as on a GPU (pipeline/rl/labelled_positions.py).
 """
 
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 from pipeline.errors import UserFixableError
 from pipeline.progress import progress_bar
+from pipeline.rl.labelled_positions import score_labelled_positions_only
 from pipeline.rl.prompts import RLPrompt
 from pipeline.training.activation_checkpointing import activation_checkpointing_arguments
 from pipeline.training.checkpoints import (
@@ -180,6 +182,7 @@ def train_gspo(
     resume = resume_checkpoint(trainer_dir)
     resumed_from = checkpoint_step(resume)
     args = grpo_arguments(config, trainer_dir, rewards.weights)
+    score_labelled_positions_only()
     model = load_causal_lm(base_ref, config.model.dtype, config.model.trust_remote_code)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
