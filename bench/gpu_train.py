@@ -285,9 +285,10 @@ def train_padded(config, model_dir: Path, sequences_dir: Path, workspace: Path, 
 
 def packing_check_attentions() -> list[str]:
     """Every attention path the loader can pick on this device, the one training gets first (models.py):
-    flash_attention_2 where flash-attn is installed on CUDA, flex attention on CUDA, SDPA everywhere.
-    Flex attention has no backward on CPU, so a CPU checks SDPA alone (tests/test_packing.py checks
-    flex's forward and flash-attention's dispatch on CPU)."""
+    flash_attention_2 where flash-attn is installed on CUDA, flex attention on CUDA, SDPA everywhere, and
+    on a CPU the per-sequence SDPA CPU training gets (`simulacra_segments`). Flex attention has no backward
+    on CPU, so a CPU checks those two (tests/test_packing.py checks flex's forward and flash-attention's
+    dispatch on CPU)."""
     import importlib.util
 
     import torch

@@ -5,26 +5,13 @@ import pytest
 import torch
 
 from pipeline.rl.labelled_positions import score_labelled_positions_only
+from tests.test_packing import VOCAB, tiny_model
 
 trl_utils = pytest.importorskip("trl.trainer.utils")
 
 
 def tiny_policy():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    model = Qwen3ForCausalLM(config)
+    model = tiny_model("sdpa")  # a 2-layer Qwen3 over 97 tokens, grouped-query attention
     trl_utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
     return model
 
@@ -40,7 +27,7 @@ def scored(model, monkeypatch):
         return apply(hidden, *args)
 
     monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
-    ids = torch.randint(1, 97, (3, 20), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(1, VOCAB, (3, 20), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[0, :4] = 0  # a shorter prompt, padded on the left
     mask[1, -3:] = 0  # a shorter completion, padded on the right
