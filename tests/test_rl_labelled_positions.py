@@ -43,7 +43,9 @@ def scored(model, monkeypatch):
 
 
 def test_the_cpu_head_projects_the_completions_only_with_the_same_values_and_gradients(monkeypatch):
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    # TRL's own choice, as a fresh process has it (a test before this one in the process may have trained RL, which
+    # makes the choice for the process); the choice in place is restored after the test.
+    monkeypatch.setattr(trl_utils, "_use_triton", getattr(trl_utils._use_triton, "trl_choice", trl_utils._use_triton))
     model = tiny_policy()
     whole_logps, whole_entropy, whole_grads, whole_rows, labelled = scored(model, monkeypatch)
     assert whole_rows == [3 * 19]  # TRL's own choice on a CPU: every position of every row

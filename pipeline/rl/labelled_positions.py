@@ -10,8 +10,8 @@ log-softmax and entropy over SmolLM2's 49,152-token vocabulary ran for every pro
 (4 steps from the demo's SFT checkpoint: 63 s against 46 s with the labelled positions only, the same rewards and
 the same trained model's rewards to the last digit; 2026-12-04).
 
-`score_labelled_positions_only()` makes TRL's choice "labelled positions only" on a CPU too, and leaves every other
-device's choice as TRL makes it. The values at the labelled positions are the same either way: the prompt's were
+`score_labelled_positions_only()` makes TRL's choice "labelled positions only" on a CPU too, for the whole process
+(the RL stage's), and leaves every other device's choice as TRL makes it. The values at the labelled positions are the same either way: the prompt's were
 zeroed before, and are never computed now.
 """
 
@@ -39,5 +39,6 @@ def score_labelled_positions_only() -> bool:
         return device.type == "cpu" or choose(device)
 
     compact.labelled_on_cpu = True  # type: ignore[attr-defined]
+    compact.trl_choice = choose  # type: ignore[attr-defined]  # TRL's own, for whoever must see it
     setattr(utils, CHOICE, compact)
     return True
