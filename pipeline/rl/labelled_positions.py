@@ -11,8 +11,8 @@ log-softmax and entropy over SmolLM2's 49,152-token vocabulary ran for every pro
 the same trained model's rewards to the last digit; 2026-12-04).
 
 `score_labelled_positions_only()` makes TRL's choice "labelled positions only" on a CPU too, for the whole process
-(the RL stage's), and leaves every other device's choice as TRL makes it. The values at the labelled positions are the same either way: the prompt's were
-zeroed before, and are never computed now.
+(the RL stage's), and leaves every other device's choice as TRL makes it. The values at the labelled positions are
+the same either way: the prompt's were zeroed before, and are never computed now.
 """
 
 import logging
