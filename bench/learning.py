@@ -58,7 +58,9 @@ evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cach
 13, sft 3, rl 18, evaluate 6); 45 min 53 s in a fresh clone of 675d27c with RL at 3e-5, a test suite and another run
 beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6); 30 min 58 s in a fresh clone of af96bde, whose CPU
 default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6); 40 min 29 s in a fresh clone of
-2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8).
+2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8); 28 min 49 s in a fresh clone of
+d575a45 (packed rows attended per sequence, RL's LM head on its completions only: every number the same to the
+digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6).
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
