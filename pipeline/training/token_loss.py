@@ -15,8 +15,9 @@ labelled positions (CPT labels a fraction of the observation tokens and nothing 
 DDP, FSDP and DeepSpeed still wrap and call it) with one that runs the body with restarting
 `position_ids` and no cache (packed rows, pipeline/training/packing.py), plus the collator's
 variable-length offsets under flash-attention and the CPU's per-sequence SDPA, and returns the
-summed loss and the label count instead of logits; the Trainer divides (pipeline/training/trainer.py). The output layer is read
-directly, so under DeepSpeed ZeRO-3 it is gathered for the read (pipeline/training/zero3.py).
+summed loss and the label count instead of logits; the Trainer divides (pipeline/training/trainer.py).
+The output layer is read directly, so under DeepSpeed ZeRO-3 it is gathered for the read
+(pipeline/training/zero3.py).
 """
 
 import contextlib
