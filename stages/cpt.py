@@ -311,8 +311,22 @@ def _summary(metrics: dict[str, Any]) -> str:
     scored = summary_words(metrics)
     return (
         f"{metrics['global_step']} steps on {metrics['trajectory_sequences']} trajectory windows "
-        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{resumed}; {ce}"
+        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{_corpus_short(metrics)}{resumed}; {ce}"
         + (f"; {scored}" if scored else "")
+    )
+
+
+def _corpus_short(metrics: dict[str, Any]) -> str:
+    """Where the corpus held fewer labels than the configured ratio asked, it was used whole, once: say so, or a
+    raised `world_knowledge_token_ratio` would look applied while it changed nothing."""
+    asked = metrics.get("world_knowledge_ratio_configured") or 0.0
+    wanted = int(round(asked * metrics.get("trajectory_label_tokens", 0)))
+    have = metrics.get("world_knowledge_label_tokens", 0)
+    if not metrics.get("world_knowledge_sequences") or have >= wanted:
+        return ""
+    return (
+        f" (the whole corpus, {have:,} labels: a ratio of {metrics['world_knowledge_ratio']:.2f} "
+        f"where {asked:g} was asked)"
     )
 
 

@@ -156,6 +156,23 @@ def test_the_outcome_head_reaches_the_training_labels(tmp_path):
     assert metrics["label_fraction_content.boilerplate"] == 1.0
 
 
+def test_a_corpus_smaller_than_the_ratio_is_used_whole_and_the_summary_says_so(tmp_path):
+    """The demo's corpus holds 0.15 of its trajectories' labels where 0.2 is configured: a raised ratio changes
+    nothing, and the summary says what was reached rather than let the setting look applied."""
+    (tmp_path / "world.txt").write_text("Gunicorn is a Python WSGI HTTP server for UNIX. " * 20)  # a short corpus
+    config = cpt_config(tmp_path, max_steps=1, save_steps=1, world_knowledge_token_ratio=10.0)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=12)
+        result = cpt.run(config, store)
+    metrics = result.metrics
+    assert 0 < metrics["world_knowledge_ratio"] < 10.0
+    reached = f"a ratio of {metrics['world_knowledge_ratio']:.2f} where 10 was asked"
+    labels = f"{metrics['world_knowledge_label_tokens']:,} labels"
+    assert f"world-knowledge chunks (the whole corpus, {labels}: {reached})" in result.summary
+    # At a ratio the corpus holds, nothing is said.
+    assert "whole corpus" not in cpt._summary({**metrics, "world_knowledge_ratio_configured": 0.01})
+
+
 def test_an_empty_cpt_pool_is_an_error(tmp_path):
     config = cpt_config(tmp_path)
     with Store(config.workspace.database_path) as store:
