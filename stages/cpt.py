@@ -320,14 +320,11 @@ def _corpus_short(metrics: dict[str, Any]) -> str:
     """Where the corpus held fewer labels than the configured ratio asked, it was used whole, once: say so, or a
     raised `world_knowledge_token_ratio` would look applied while it changed nothing."""
     asked = metrics.get("world_knowledge_ratio_configured") or 0.0
-    wanted = int(round(asked * metrics.get("trajectory_label_tokens", 0)))
+    trajectory_labels = metrics.get("trajectory_label_tokens", 0)
     have = metrics.get("world_knowledge_label_tokens", 0)
-    if not metrics.get("world_knowledge_sequences") or have >= wanted:
+    if not metrics.get("world_knowledge_sequences") or have >= int(round(asked * trajectory_labels)):
         return ""
-    return (
-        f" (the whole corpus, {have:,} labels: a ratio of {metrics['world_knowledge_ratio']:.2f} "
-        f"where {asked:g} was asked)"
-    )
+    return f" (the whole corpus, {have:,} labels: a ratio of {have / trajectory_labels:.2f} where {asked:g} was asked)"
 
 
 def prepare(config, store) -> Plan:
