@@ -241,8 +241,8 @@ def test_packed_loss_and_gradients_equal_the_sequences_run_alone(request, monkey
         monkeypatch.setattr(F, "scaled_dot_product_attention", recorded)
     loss, rows = packed_loss(model, sequences, max_length=64)
     loss.backward()
-    if attention == segment_attention.NAME:  # the 7 sequences and the rows' padding tails, in each of the 2 layers
-        # (twice with recomputation)
+    if attention == segment_attention.NAME:
+        # The 7 sequences and the rows' padding tails, in each of the 2 layers (twice with recomputation).
         segments = packed_batch(sequences, 64)["cu_seq_lens_q"].diff().tolist()
         assert len(segments) > 7 and all(causal for _, causal in calls)
         assert [length for length, _ in calls] == segments * 2 * (1 + checkpointing)

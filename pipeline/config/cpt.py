@@ -20,7 +20,7 @@ class CPTConfig(TrainingSettings):
         le=10,
         description="World-knowledge loss tokens per trajectory loss token in the training mix (0 disables the "
         "corpus). Loss tokens, not input tokens: a document is fully labelled while a trajectory is mostly context "
-        "(on the demo ~28% labelled), so an input-token ratio of 0.09 was already 24% of the loss (issue 13). "
+        "(on the demo ~30% labelled), so an input-token ratio of 0.09 was already 24% of the loss (issue 13). "
         "0.2: world knowledge is a sixth of the gradient, the observations the rest. A corpus smaller than the "
         "ratio asks is used whole, once, and the summary line says the ratio it reached.",
     )
