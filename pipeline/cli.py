@@ -336,18 +336,23 @@ def openenv_serve(
 
     if domain not in DOMAINS:
         raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
+    from pipeline.serving.episode import read_episode
+    from pipeline.serving.openenv_preflight import probe_world_model, require_openenv
+
+    # Every refusal before OpenEnv's import, which takes seconds (pipeline/serving/openenv_preflight.py).
+    default = read_episode(episode) if episode is not None else None
+    require_openenv()
+    served = probe_world_model(
+        world_model, domain, model=model, prompt_format=prompt_format, max_history_chars=max_history_chars
+    )
     from pipeline.serving import openenv_env
 
-    default = openenv_env.read_episode(episode) if episode is not None else None
     openenv_env.serve(
-        world_model,
+        served,
         domain,
         default,
         host,
         port,
-        model=model,
-        prompt_format=prompt_format,
-        max_history_chars=max_history_chars,
         max_sessions=max_sessions,
         max_tokens=max_tokens,
         temperature=temperature,

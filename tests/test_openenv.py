@@ -254,8 +254,9 @@ def test_concurrent_sessions_keep_their_own_episodes(server):
     assert [turn["action"] for turn in second.turns] == ["whoami"] and second.seed == 2
 
 
-def _command(arguments: list[str], cwd: Path, hide_openenv: bool = False) -> subprocess.CompletedProcess:
-    prelude = "import sys; sys.modules['openenv'] = None; " if hide_openenv else ""
+def _command(arguments: list[str], cwd: Path, hidden: str | None = None) -> subprocess.CompletedProcess:
+    """`simulacra openenv ARGUMENTS`; with `hidden`, that module cannot be imported in the process."""
+    prelude = f"import sys; sys.modules[{hidden!r}] = None; " if hidden else ""
     code = prelude + f"from pipeline.cli import app; app({['openenv', *arguments]!r}, prog_name='simulacra')"
     return subprocess.run(
         [sys.executable, "-c", code],
@@ -277,18 +278,19 @@ def _command(arguments: list[str], cwd: Path, hide_openenv: bool = False) -> sub
     ],
 )
 def test_the_command_refuses_with_one_line(tmp_path, episode, arguments, message):
+    """Before OpenEnv's server is imported (gradio with it, seconds): where it cannot be, the refusal is the same."""
     path = tmp_path / "episode.yaml"
     if episode is not None:
         path.write_text(yaml.safe_dump(episode))
         arguments = [*arguments, "--episode", str(path)]
-    completed = _command(["--domain", "terminal", *arguments], tmp_path)
+    completed = _command(["--domain", "terminal", *arguments], tmp_path, hidden="openenv.core.env_server")
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.strip().startswith(message.format(episode=path)), completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1
 
 
 def test_without_openenv_the_command_names_the_extra(tmp_path):
-    completed = _command(["--domain", "terminal"], tmp_path, hide_openenv=True)
+    completed = _command(["--domain", "terminal"], tmp_path, hidden="openenv")
     assert completed.returncode == 2, completed.stderr
     assert (
         completed.stderr.strip() == "openenv: OpenEnv is not installed (no module `openenv`): pip install '.[openenv]'"

@@ -11,14 +11,19 @@ of three ends:
 Reward is sparse: 1.0 on the step that succeeds, 0.0 otherwise, so the return of an episode is
 whether the task was done. `seed` makes the episode reproducible: step t's request carries a seed
 derived from (episode seed, t), so the same actions get the same observations.
+
+`episode_from_options` checks the fields a reset (or an episode file, `read_episode`) gives: a
+misspelt field is refused with the names an episode takes, not ignored.
 """
 
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pipeline.errors import UserFixableError
 from pipeline.store.schema import SystemPrompt
 
 SUCCESS_REWARD = 1.0
@@ -47,6 +52,56 @@ class EpisodeSpec:
             success_pattern=values.get("success_pattern") or None,
             max_steps=int(max_steps) if max_steps is not None else None,
         )
+
+
+class EpisodeError(ValueError):
+    """A reset or step the episode cannot take; `status` is its HTTP answer on OpenEnv's stateless routes."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def episode_from_options(options: Mapping[str, Any], default: EpisodeSpec | None) -> EpisodeSpec:
+    """The episode a reset's `options` describe, or `default` when they are empty."""
+    unknown = sorted(set(options) - set(EPISODE_FIELDS))
+    if unknown:
+        raise EpisodeError(
+            f"unknown episode field(s) {', '.join(unknown)}: an episode takes "
+            f"{', '.join(EPISODE_FIELDS)} (and reset a seed and an episode_id)"
+        )
+    try:
+        episode = EpisodeSpec.from_mapping(options) if options else default
+    except (TypeError, ValueError) as exc:
+        raise EpisodeError(f"a bad episode field: {exc}") from None
+    if episode is None or not episode.task:
+        raise EpisodeError(
+            "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
+        )
+    if episode.success_pattern:
+        try:
+            re.compile(episode.success_pattern)
+        except re.error as exc:
+            raise EpisodeError(
+                f"success_pattern {episode.success_pattern!r} is not a regular expression: {exc}"
+            ) from None
+    return episode
+
+
+def read_episode(path: Path) -> EpisodeSpec:
+    """A server's default episode from a YAML (or JSON) mapping of the fields a reset takes."""
+    import yaml
+
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UserFixableError(f"cannot read the episode {path}: {exc}") from None
+    if not isinstance(values, dict) or not (values.get("task") or values.get("task_description")):
+        raise UserFixableError(f"{path} is not a mapping of episode fields with a `task` ({', '.join(EPISODE_FIELDS)})")
+    try:
+        return episode_from_options(values, None)
+    except EpisodeError as exc:
+        raise UserFixableError(f"{path}: {exc}") from None
 
 
 def step_seed(episode_seed: int, step: int) -> int:

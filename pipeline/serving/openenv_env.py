@@ -26,17 +26,16 @@ step before reset or after the end is an EXECUTION_ERROR naming the problem (400
 """
 
 import functools
-import re
 import secrets
 import uuid
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from pipeline.errors import UserFixableError
 from pipeline.serving.environment import WorldModelEnvironment
-from pipeline.serving.episode import EPISODE_FIELDS, EpisodeSpec, judge, step_seed
+from pipeline.serving.episode import EpisodeError, EpisodeSpec, episode_from_options, judge, step_seed
+from pipeline.serving.openenv_preflight import OPENENV_MISSING, ServedWorldModel
 
 try:
     from openenv.core.client_types import StepResult
@@ -46,17 +45,9 @@ try:
     from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 except ModuleNotFoundError as exc:  # openenv itself, or one of the modules it imports (fastmcp, ...)
     missing = (exc.name or "openenv").split(".")[0]
-    raise UserFixableError(f"OpenEnv is not installed (no module `{missing}`): pip install '.[openenv]'") from None
+    raise UserFixableError(OPENENV_MISSING.format(module=missing)) from None
 
 ENV_NAME = "simulacra_world_model"
-
-
-class EpisodeError(ValueError):
-    """A reset or step the episode cannot take; `status` is its HTTP answer on OpenEnv's stateless routes."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 class WorldModelAction(Action):
@@ -105,31 +96,6 @@ class WorldModelState(State):
     )
 
 
-def _episode(options: dict[str, Any], default: EpisodeSpec | None) -> EpisodeSpec:
-    unknown = sorted(set(options) - set(EPISODE_FIELDS))
-    if unknown:
-        raise EpisodeError(
-            f"unknown episode field(s) {', '.join(unknown)}: an episode takes "
-            f"{', '.join(EPISODE_FIELDS)} (and reset a seed and an episode_id)"
-        )
-    try:
-        episode = EpisodeSpec.from_mapping(options) if options else default
-    except (TypeError, ValueError) as exc:
-        raise EpisodeError(f"a bad episode field: {exc}") from None
-    if episode is None or not episode.task:
-        raise EpisodeError(
-            "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
-        )
-    if episode.success_pattern:
-        try:
-            re.compile(episode.success_pattern)
-        except re.error as exc:
-            raise EpisodeError(
-                f"success_pattern {episode.success_pattern!r} is not a regular expression: {exc}"
-            ) from None
-    return episode
-
-
 class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, WorldModelState]):
     # Each session has its own WorldModelEnvironment (its own history); the endpoint serves them all.
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -165,7 +131,7 @@ class WorldModelOpenEnv(Environment[WorldModelAction, WorldModelObservation, Wor
         self._state = WorldModelState()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **options: Any) -> WorldModelObservation:
-        self._episode = _episode(options, self._default)
+        self._episode = episode_from_options(options, self._default)
         self._seed = int(seed) if seed is not None else secrets.randbits(62)
         initial = self._simulator.reset(self._episode.task, self._episode.system)
         self._state = WorldModelState(
@@ -232,76 +198,30 @@ class WorldModelEnvClient(EnvClient[WorldModelAction, WorldModelObservation, Wor
         return WorldModelState(**payload)
 
 
-def read_episode(path: Path) -> EpisodeSpec:
-    """The server's episode from a YAML (or JSON) mapping of the fields `reset` takes."""
-    import yaml
-
-    try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UserFixableError(f"cannot read the episode {path}: {exc}") from None
-    if not isinstance(values, dict) or not (values.get("task") or values.get("task_description")):
-        raise UserFixableError(f"{path} is not a mapping of episode fields with a `task` ({', '.join(EPISODE_FIELDS)})")
-    try:
-        return _episode(values, None)
-    except EpisodeError as exc:
-        raise UserFixableError(f"{path}: {exc}") from None
-
-
-def _served_model(simulator_url: str, api_key: str) -> str:
-    from openai import OpenAI
-
-    with OpenAI(base_url=simulator_url, api_key=api_key, max_retries=2) as client:
-        names = [entry.id for entry in client.models.list().data]
-    if len(names) != 1:
-        raise UserFixableError(f"{simulator_url} serves {len(names)} models ({', '.join(names)}): pass --model")
-    return names[0]
-
-
 def build_app(
-    world_model_url: str,
+    served: ServedWorldModel,
     domain: str,
     episode: EpisodeSpec | None = None,
     *,
-    model: str | None = None,
-    prompt_format: str | None = None,
-    max_history_chars: int | None = None,
     max_sessions: int = 8,
     max_tokens: int = 512,
     temperature: float = 1.0,
     api_key: str = "EMPTY",
-    enable_thinking: bool | None = None,
 ):
-    """OpenEnv's FastAPI app over the world model at `world_model_url`. The model name (when the endpoint
-    serves one), prompt format, answer format (`enable_thinking`, else the trained one) and history budget
-    are read from it once, here, not per session."""
-    import openai
-
-    try:
-        model = model or _served_model(world_model_url, api_key)
-        probe = WorldModelEnvironment(
-            world_model_url, model, domain, prompt_format, max_history_chars, api_key, enable_thinking=enable_thinking
-        )
-    except openai.APIConnectionError:
-        raise UserFixableError(
-            f"no world model answers at {world_model_url}: start one with `simulacra serve DIR` "
-            "(or vLLM) and pass its /v1 URL as --world-model"
-        ) from None
-    except ValueError as exc:  # not `simulacra serve` and no prompt format given, or an untrained answer format
-        raise UserFixableError(str(exc)) from None
-    probe.client.close()
+    """OpenEnv's FastAPI app over the world model `served` describes (`probe_world_model`: its name, prompt
+    and answer format and history budget, read from the endpoint once, not per session)."""
     factory = functools.partial(
         WorldModelOpenEnv,
-        world_model_url,
-        model,
+        served.url,
+        served.model,
         domain,
-        probe.format.name,
-        probe.max_history_chars,
+        served.prompt_format,
+        served.max_history_chars,
         episode,
         max_tokens,
         temperature,
         api_key,
-        enable_thinking=probe.thinking,
+        enable_thinking=served.thinking,
     )
     app = create_app(
         factory,
@@ -321,12 +241,14 @@ def build_app(
     return app
 
 
-def serve(world_model_url: str, domain: str, episode: EpisodeSpec | None, host: str, port: int, **options: Any) -> None:
+def serve(
+    served: ServedWorldModel, domain: str, episode: EpisodeSpec | None, host: str, port: int, **options: Any
+) -> None:
     import uvicorn
 
-    app = build_app(world_model_url, domain, episode, **options)
+    app = build_app(served, domain, episode, **options)
     print(
-        f"serving the {domain} world model at {world_model_url} as an OpenEnv environment: http://{host}:{port} "
+        f"serving the {domain} world model at {served.url} as an OpenEnv environment: http://{host}:{port} "
         f"(WebSocket ws://{host}:{port}/ws)",
         flush=True,
     )
