@@ -15,6 +15,7 @@ appear whole or not at all, and a rerun resumes from the newest complete one. TR
 completion's positions only, on a CPU as on a GPU (pipeline/rl/labelled_positions.py).
 """
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,10 @@ from pipeline.training.tiny_model import IM_END
 from pipeline.training.trainer import run_callbacks
 
 STAGE = "rl"
+
+# transformers 5's deprecation warnings for the names TRL 1.16 still uses (`is_gradient_checkpointing`,
+# `gradient_checkpointing_enable`, `gradient_checkpointing_disable`).
+DEPRECATED_CHECKPOINTING_NAMES = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
 @dataclass(slots=True)
@@ -203,7 +208,12 @@ def train_gspo(
         if resumed_from is not None and resumed_from >= config.rl.max_steps:
             finish_without_training(trainer, resume)  # type: ignore[arg-type]  # resume: set with resumed_from. Killed after its last checkpoint: nothing left to train
         else:
-            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+            with warnings.catch_warnings():
+                # TRL 1.16 reads and toggles activation checkpointing by transformers' old names around each
+                # generation, and transformers 5 answers each read with a FutureWarning that the user can do
+                # nothing about (three in the demo's log). Only those three names are silenced.
+                warnings.filterwarnings("ignore", message=DEPRECATED_CHECKPOINTING_NAMES, category=FutureWarning)
+                trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     changed = None
     if before is not None:
         after = parameter_signature(trainer.model)
