@@ -91,6 +91,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/rationale_rows.py
 	$(BIN)/python bench/int8_decoding.py
 	$(BIN)/python bench/install.py
+	$(BIN)/python bench/gguf_conversion.py
 
 clean-demo:
 	rm -rf simulacra-workspace

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,7 +155,51 @@ def start_background_conversion(ref: str | None, workspace_root: Path, log: Path
         )
 
 
-def _convert(base: GGUFBase) -> Path:
+@contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """transformers reads a GGUF file's metadata afresh for the tokenizer, the config and the weights, and
+    rebuilds gguf's tensor-name map once per module of the model. For SmolLM2-135M on 2 cores that was 30 s
+    of a 40 s load for 3 s of dequantising (cProfile, docs/performance.md): three `GGUFReader` parses,
+    each slicing a numpy memmap once per vocabulary string and merge (a memmap slice runs Python-level
+    hooks a plain array view does not), and 397 builds of the same name map. Within a conversion both are
+    pure functions of their arguments, so here the file is parsed once, through a plain array view of
+    the same mapping, and the map built once per architecture. gguf's own names are swapped for the
+    conversion only (transformers imports them from gguf when it reads), and put back after."""
+    import functools
+
+    import gguf
+    import numpy as np
+
+    class PlainViewReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            # The view keeps the memmap (its base) and so the mapping alive; slicing it skips memmap's hooks.
+            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    parsed: dict[tuple[str, str], gguf.GGUFReader] = {}
+
+    def read(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in parsed:
+            parsed[key] = PlainViewReader(path, mode)
+        return parsed[key]
+
+    originals = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = read  # type: ignore[misc,assignment]
+    gguf.get_tensor_name_map = functools.cache(originals[1])
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = originals  # type: ignore[misc]
+
+
+def _convert(base: GGUFBase, read_once: bool = True) -> Path:
+    """Build `base.folder` from the file. `read_once=False` lets transformers read the file its own way
+    (bench/gguf_conversion.py's baseline)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -163,8 +207,9 @@ def _convert(base: GGUFBase) -> Path:
 
     directory, name = str(base.file.parent), base.file.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+        with _gguf_read_once() if read_once else nullcontext():
+            tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
     except (ValueError, KeyError, OSError) as exc:  # an architecture or quantisation the loader does not read
         raise UserFixableError(f"model.base: transformers cannot read {base.file} as GGUF ({exc})") from None
     settings = loaded.config.to_dict()
