@@ -28,6 +28,7 @@ from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
+from pipeline.store.prerequisites import require_ingested
 
 # Judging is one set-based pass; batches only bound what a killed run loses while the verdicts
 # are written, each a transaction of two INSERT ... SELECT.
@@ -35,6 +36,7 @@ DEFAULT_BATCH_TRAJECTORIES = 20_000
 
 
 def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT_BATCH_TRAJECTORIES) -> StageResult:
+    require_ingested(store)
     config_hash = config.section_hash("filter")
     rules = build_rules(config.filter)
     started = time.perf_counter()

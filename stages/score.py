@@ -28,6 +28,7 @@ from pipeline.informativeness import SCORER_VERSION, score_frame
 from pipeline.plots import share_bars
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
+from pipeline.store.prerequisites import require_filtered
 from pipeline.store.schema import THOUGHT
 
 STAGE = "score"
@@ -92,6 +93,7 @@ def _score_unscored(tx: duckdb.DuckDBPyConnection, config: SimulacraConfig, conf
 
 
 def run(config: SimulacraConfig, store: Store) -> StageResult:
+    require_filtered(store)
     config_hash = config.section_hash(STAGE)
     with store.transaction() as tx:
         replaced = _count(

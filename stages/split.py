@@ -44,9 +44,9 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.config.split import POOLS, SplitConfig, TargetSelection
-from pipeline.errors import UserFixableError
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
+from pipeline.store.prerequisites import require_filtered
 from pipeline.store.schema import THOUGHT
 
 STAGE = "split"
@@ -137,15 +137,6 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
             {int(config.seed)} AS seed, {_quote(config_hash)} AS config_hash
         FROM ({ranked}) WHERE {per_pool}"""
     return splits, targets
-
-
-def require_filtered(store: Store) -> None:
-    """Pools are drawn from the kept trajectories: before `filter` there are none, and a split that
-    assigns nothing must say why rather than pass as done."""
-    if not store.scalar("SELECT count(*) FROM trajectories"):
-        raise UserFixableError("the store holds no trajectory: run `simulacra ingest` first")
-    if not store.scalar("SELECT count(*) FROM filter_state"):
-        raise UserFixableError("no trajectory has been filtered yet: run `simulacra filter` first")
 
 
 def run(config: SimulacraConfig, store: Store) -> StageResult:

@@ -44,6 +44,14 @@ CASES = [
         "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version",
     ),
     ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
+    ("filter before ingest", [], ["filter"], "filter: the store holds no trajectory: run `simulacra ingest` first"),
+    ("score before ingest", [], ["score"], "score: the store holds no trajectory: run `simulacra ingest` first"),
+    (
+        "score before filter",
+        [["ingest", TERMINAL]],
+        ["score"],
+        "score: no trajectory has been filtered yet: run `simulacra filter` first",
+    ),
     (
         "split before filter",
         [["ingest", TERMINAL]],
