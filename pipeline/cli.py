@@ -120,7 +120,7 @@ def ingest(
 
     config = _config()
     if not paths and not config.ingest.sources:
-        console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config")
+        console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config", soft_wrap=True)
         raise typer.Exit(2)
     with _store() as store:
         try:
@@ -179,7 +179,7 @@ def init_model(
 
     files = sorted(f for p in text for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
     if not files:
-        console.print(f"init-model: no text files under {', '.join(map(str, text))}")
+        console.print(f"init-model: no text files under {', '.join(map(str, text))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     config = _config()
     path = build_tiny_model(config.model.tiny, files, out or tiny_model_dir(config))
@@ -671,7 +671,11 @@ def run_pipeline(
     chosen = [name.strip() for name in stages.split(",") if name.strip()] if stages else None
     unknown = sorted(set(chosen or []) - set(STAGE_ORDER))
     if unknown:
-        console.print(f"[red]unknown stage(s)[/red] {', '.join(unknown)}; stages are {', '.join(STAGE_ORDER)}")
+        console.print(
+            f"[red]unknown stage(s)[/red] {', '.join(unknown)}; stages are {', '.join(STAGE_ORDER)}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     if chosen is None or set(chosen) & MODEL_STAGES:
         from pipeline.training.gguf_base import start_background_conversion

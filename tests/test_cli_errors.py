@@ -44,6 +44,12 @@ CASES = [
         "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version",
     ),
     ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
+    (
+        "run with a stage that does not exist",
+        [],
+        ["run", "--stages", "ingest,bogus"],
+        "unknown stage(s) bogus; stages are ingest, filter, score, split, cpt, sft, rl, evaluate, fidelity, export",
+    ),
     ("filter before ingest", [], ["filter"], "filter: the store holds no trajectory: run `simulacra ingest` first"),
     ("score before ingest", [], ["score"], "score: the store holds no trajectory: run `simulacra ingest` first"),
     (

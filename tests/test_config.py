@@ -18,7 +18,8 @@ BAD_CONFIGS = [
     ("score:\n  precedence: [echo, echo]\n", ["score", "precedence must list each"]),
     ("ingest:\n  sources:\n    - path: data/\n", ["ingest.sources.0.name", "required"]),
     ("- just\n- a list\n", ["expected a mapping"]),
-    ("filter: [unclosed\n", ["not valid YAML"]),
+    ("filter: [unclosed\n", ["not valid YAML at line 2, column 1: expected ',' or ']'", "at line 1, column 9)"]),
+    ("filter:\n  min_turns: 2\n bad: indent\n", ["not valid YAML at line 3, column 2: expected <block end>"]),
 ]
 
 
@@ -30,6 +31,7 @@ def test_bad_config_names_file_and_field(tmp_path: Path, text: str, fragments: l
         load_config(path)
     message = str(caught.value)
     assert str(path) in message
+    assert "<unicode string>" not in message and "\n" not in message.split("invalid configuration")[0]
     for fragment in fragments:
         assert fragment in message
 

@@ -99,6 +99,22 @@ def parse_override(text: str) -> dict[str, Any]:
     return value
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line, with 1-based positions: its own spans five lines, names the text "<unicode
+    string>" and points a caret at a line the user has in their editor anyway."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None or mark is None:
+        return f": {' '.join(str(exc).split())}"
+    text = f" at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, started = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and started is not None:
+        text += f" ({context} at line {started.line + 1}, column {started.column + 1})"
+    elif context:
+        text += f" ({context})"
+    return text
+
+
 def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] | None = None) -> SimulacraConfig:
     raw: dict[str, Any] = {}
     where = "<defaults>"
@@ -110,7 +126,7 @@ def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] 
         try:
             loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{where}: not valid YAML{_yaml_problem(exc)}") from exc
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
