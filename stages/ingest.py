@@ -32,6 +32,7 @@ from pipeline.formats.file_encoding import sniff
 from pipeline.formats.sources import Input, NotRead, Skipped, expand
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
+from pipeline.secret_shapes import redact_shapes, sql_holds_secret, sql_redacted
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.schema import RecordError, Trajectory, check_limits
@@ -46,12 +47,15 @@ class Counts:
     added: int = 0
     duplicates: int = 0
     quarantined: int = 0
+    # Rows (trajectories, turns, quarantined records) with a credential-shaped run replaced: this run's, not the file's.
+    secrets_redacted: int = 0
 
     def add(self, other: "Counts") -> None:
         self.records_read += other.records_read
         self.added += other.added
         self.duplicates += other.duplicates
         self.quarantined += other.quarantined
+        self.secrets_redacted += other.secrets_redacted
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -124,6 +128,8 @@ def run(
         f"read {total.records_read} records from {files_read} files ({files_unchanged} unchanged, skipped): "
         f"{total.added} added, {total.duplicates} duplicates, {total.quarantined} quarantined"
     )
+    if total.secrets_redacted:
+        summary += f"; {total.secrets_redacted} row(s) held a credential, redacted"
     if decoded:
         summary += f"; read as UTF-8 from: {', '.join(decoded)}"
     if skipped:
@@ -302,9 +308,9 @@ def _commit(
 ) -> None:
     """Write one batch and the file's progress in one transaction."""
     with store.transaction() as con:
-        added = _insert_new(con, source, item, batch) if batch.trajectories or batch.staged else 0
+        added = _insert_new(con, source, item, batch, counts) if batch.trajectories or batch.staged else 0
         if batch.quarantined:
-            _insert_quarantine(con, source.name, batch.quarantined)
+            counts.secrets_redacted += _insert_quarantine(con, source.name, batch.quarantined)
         counts.records_read += batch.records
         counts.added += added
         counts.duplicates += len(batch.trajectories) + batch.staged - added
@@ -330,9 +336,9 @@ def _commit(
         )
 
 
-def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch) -> int:
+def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch, counts: Counts) -> int:
     """Insert the batch's trajectories whose id the store does not hold, the first occurrence of
-    each (by position in the file); returns how many."""
+    each (by position in the file), credentials redacted; returns how many."""
     candidates = []
     if batch.trajectories:
         trajectories, turns = _arrow_rows(batch.trajectories)
@@ -359,6 +365,7 @@ def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch) -> int:
             )
         if batch.staged:
             jsonl_sql.insert_chosen(con, source.name, f"{Path(item.path)}:")
+        counts.secrets_redacted += _redact_added(con)
         added = con.execute("SELECT count(*) FROM batch_chosen").fetchall()[0][0]
         con.execute("DROP TABLE batch_chosen")  # on failure, the rollback takes it away
         return added
@@ -366,6 +373,37 @@ def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch) -> int:
         if batch.trajectories:
             con.unregister("new_trajectories")
             con.unregister("new_turns")
+
+
+# The stored text of a trajectory and of a turn: what prompts, training samples and judges are built from.
+TRAJECTORY_TEXT = (
+    "task",
+    "task_description",
+    "action_space",
+    "tools",
+    "initial_state",
+    "demonstrations",
+    "simulation_instructions",
+    "metadata",
+)
+TURN_TEXT = ("action", "observation", "tool_name", "metadata")
+
+
+def _redact_added(con) -> int:
+    """Replace every credential-shaped run (pipeline/secret_shapes.py) in the rows this batch added, both paths
+    alike, in the batch's transaction: data is untrusted, and an agent's shell prints keys (`env`, `cat
+    ~/.aws/credentials`) that would otherwise reach CPT's windows, SFT's prompts and the judge. The rows are
+    found with RE2 over the batch's text (a scan; none match in the demo's or the public data) and rewritten
+    only where they match. Returns how many rows changed."""
+    changed = 0
+    for table, columns in (("trajectories", TRAJECTORY_TEXT), ("turns", TURN_TEXT)):
+        holds = " OR ".join(sql_holds_secret(column) for column in columns)
+        updated = con.execute(
+            f"UPDATE {table} SET {', '.join(f'{c} = {sql_redacted(c)}' for c in columns)} "
+            f"WHERE trajectory_id IN (SELECT trajectory_id FROM batch_chosen) AND ({holds})"
+        ).fetchall()
+        changed += updated[0][0] if updated else 0
+    return changed
 
 
 def _json(value: Any) -> str | None:
@@ -431,7 +469,9 @@ def _arrow_rows(rows: list[tuple[int, str, Trajectory]]) -> tuple[pa.Table, pa.T
     return trajectories, turns
 
 
-def _insert_quarantine(con, source: str, rows: list[Malformed]) -> None:
+def _insert_quarantine(con, source: str, rows: list[Malformed]) -> int:
+    """Insert the malformed records with their reasons; a credential-shaped run in one (its raw text, or an
+    error that quotes it) is replaced first. Returns how many records held one."""
     # The id hashes what was wrong and where, so re-reading the same bad file adds no second row.
     ids = [
         hashlib.blake2b(
@@ -439,13 +479,21 @@ def _insert_quarantine(con, source: str, rows: list[Malformed]) -> None:
         ).hexdigest()
         for m in rows
     ]
+    readable = [m.raw.encode("utf-8", "backslashreplace").decode() for m in rows]
+    errors = [redact_shapes(m.error) for m in rows]
+    raws = [redact_shapes(raw) for raw in readable]
+    redacted = sum(
+        1
+        for m, before, error, raw in zip(rows, readable, errors, raws, strict=True)
+        if (error, raw) != (m.error, before)
+    )
     table = pa.table(
         {
             "quarantine_id": pa.array(ids, pa.string()),
             "source": pa.array([source] * len(rows), pa.string()),
             "location": pa.array([m.location for m in rows], pa.string()),
-            "error": pa.array([m.error for m in rows], pa.string()),
-            "raw": pa.array([m.raw.encode("utf-8", "backslashreplace").decode() for m in rows], pa.string()),
+            "error": pa.array(errors, pa.string()),
+            "raw": pa.array(raws, pa.string()),
         }
     )
     con.register("new_quarantine", table)
@@ -456,3 +504,4 @@ def _insert_quarantine(con, source: str, rows: list[Malformed]) -> None:
         )
     finally:
         con.unregister("new_quarantine")
+    return redacted

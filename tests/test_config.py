@@ -70,3 +70,38 @@ def test_cli_reports_config_error_with_exit_code_2(tmp_path: Path):
 )
 def test_shipped_configs_are_valid(path: Path):
     load_config(path)
+
+
+CREDENTIAL_CONFIGS = [
+    # (YAML text, the field named); the value must appear nowhere in the message
+    (
+        "sft:\n  judge:\n    endpoint:\n      api_key_env: sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf\n",
+        "sft.judge.endpoint.api_key_env",
+    ),
+    (
+        "rl:\n  reward:\n    judge:\n      endpoint:\n        model: hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3\n",
+        "rl.reward.judge.endpoint.model",
+    ),
+    ("ingest:\n  sources:\n    - name: s\n      path: data/AKIA2E0A8F3B244C9986.jsonl\n", "ingest.sources.0.path"),
+    ("cpt:\n  max_stepz: sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf\n", "cpt.max_stepz"),  # unknown keys too
+]
+
+
+@pytest.mark.parametrize("text,field", CREDENTIAL_CONFIGS, ids=[f for _, f in CREDENTIAL_CONFIGS])
+def test_a_credential_anywhere_in_the_config_is_refused_without_being_shown(tmp_path: Path, text: str, field: str):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert f"field `{field}`: holds what looks like a" in message and "never goes in the config" in message
+    value = yaml.safe_load(text)
+    for part in field.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    assert value not in message and value.split("/")[-1].split(".")[0] not in message
+
+
+def test_a_credential_given_with_set_is_refused_too():
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [parse_override("sft.judge.endpoint.api_key_env=sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf")])
+    assert "field `sft.judge.endpoint.api_key_env`" in str(caught.value) and "Q2x9vLm4" not in str(caught.value)

@@ -158,6 +158,14 @@ def test_every_recognisable_form_of_a_known_key_is_redacted(text):
     assert key[::-1][:8] not in redacted and key[::-1][-4:] not in redacted
 
 
+def test_a_key_this_process_never_read_is_redacted_by_its_shape():
+    """An endpoint that quotes its own environment, or a model reciting a key it was trained on."""
+    from pipeline.llm.credentials import redact
+
+    answer = "OPENAI_API_KEY=sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf\nAWS_ACCESS_KEY_ID=AKIA2E0A8F3B244C9986\n"
+    assert redact(answer) == f"OPENAI_API_KEY={REDACTED}\nAWS_ACCESS_KEY_ID={REDACTED}\n"
+
+
 def test_ordinary_text_with_dots_and_stars_is_left_alone():
     from pipeline.llm.credentials import redact, remember_secret
 

@@ -7,6 +7,7 @@ before any work starts.
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from pipeline.config.sft import SFTConfig
 from pipeline.config.split import SplitConfig
 from pipeline.config.validation import ValidationConfig
 from pipeline.config.workspace import WorkspaceConfig
+from pipeline.secret_shapes import secret_kind
 
 
 class SimulacraConfig(Section):
@@ -115,6 +117,32 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return text
 
 
+def _credential_fields(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(field, kind) for every string in the raw config that has a credential's shape, lists included."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _credential_fields(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _credential_fields(item, f"{path}.{index}")
+    elif isinstance(value, str) and (kind := secret_kind(value)) is not None:
+        yield path or "(top level)", kind
+
+
+def _refuse_credentials(raw: dict[str, Any], where: str) -> None:
+    """A key pasted into the config (into `api_key_env`, where its variable's name belongs, say) would be stored
+    wherever the config goes: section hashes, fingerprints, Prefect's flow-run parameters, logs. Refused before
+    validation, so that no validation message quotes it either; the value is never shown."""
+    found = list(_credential_fields(raw))
+    if found:
+        lines = "\n".join(
+            f"  field `{field}`: holds what looks like a {kind}: a credential never goes in the config; put it in "
+            "the environment variable `api_key_env` names, or in a Prefect Secret block (`api_key_secret`)"
+            for field, kind in found
+        )
+        raise ConfigError(f"{where}: invalid configuration\n{lines}")
+
+
 def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] | None = None) -> SimulacraConfig:
     raw: dict[str, Any] = {}
     where = "<defaults>"
@@ -136,6 +164,7 @@ def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] 
         raw = _overlay(raw, override)
     if overrides:
         where += " (with overrides)"
+    _refuse_credentials(raw, where)
     try:
         return SimulacraConfig.model_validate(raw)
     except ValidationError as exc:

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
-
-REDACTED = "[redacted-secret]"
+from pipeline.secret_shapes import REDACTED, redact_shapes
 
 # A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
 _MASK_RUN = re.compile(r"[*.\u2026\u2022]{3,}")
@@ -114,13 +113,15 @@ def _redact_masked(text: str, secret: str) -> str:
 
 
 def redact(text: str, secret: str | None = None) -> str:
-    """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`."""
+    """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`, and every
+    credential-shaped run too (pipeline/secret_shapes.py): a key this process never read, which an endpoint
+    quotes from its own environment or a model recites from its training data."""
     for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
         text = text.replace(key, REDACTED)
         if len(key) >= _MIN_KEY:
             # Written backwards (an answer asked to disguise the key, issue 29.9): no prose spells a long key so.
             text = _redact_masked(text.replace(key[::-1], REDACTED), key)
-    return text
+    return redact_shapes(text)
 
 
 def public_url(url: str) -> str:

@@ -1,0 +1,47 @@
+"""Credentials recognisable by their shape, wherever they are not expected: in ingested trajectories (an agent's
+shell that ran `env` or `cat ~/.aws/credentials`), in a config value (a key pasted where its variable's name
+belongs), in a model's answer.
+
+pipeline/llm/credentials.py redacts the keys this process was given, in every form; these shapes catch the keys
+it was never given. Each shape is a provider's documented prefix with the length and alphabet of what follows, so
+that ordinary text does not match: `disk-0123...` or a 40-character hex digest does not, `sk-` must start a word.
+The same pattern serves Python's `re` and DuckDB's RE2 (ingest redacts in SQL, over whole batches).
+"""
+
+import re
+
+REDACTED = "[redacted-secret]"
+
+SHAPES = {
+    "OpenAI or Anthropic API key": r"\bsk-[A-Za-z0-9_\-]{20,}",
+    "Hugging Face token": r"\bhf_[A-Za-z0-9]{30,}",
+    "GitHub token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+    "AWS access key id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "Google API key": r"\bAIza[0-9A-Za-z_\-]{35}",
+    "Slack token": r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
+    "private key": r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z ]*PRIVATE KEY-----",
+}
+PATTERN = "|".join(f"(?:{shape})" for shape in SHAPES.values())
+_COMPILED = re.compile(PATTERN)
+
+
+def secret_kind(text: str) -> str | None:
+    """The kind of the first credential-shaped run in `text`, or None."""
+    found = _COMPILED.search(text)
+    if found is None:
+        return None
+    return next(kind for kind, shape in SHAPES.items() if re.fullmatch(shape, found.group(0)))
+
+
+def redact_shapes(text: str) -> str:
+    return _COMPILED.sub(REDACTED, text)
+
+
+def sql_redacted(column: str) -> str:
+    """A DuckDB expression: `column` with every credential-shaped run replaced (RE2 reads the pattern as `re`
+    does; the pattern holds no quote, so it sits in a plain string literal, where a backslash is literal)."""
+    return f"regexp_replace({column}, '{PATTERN}', '{REDACTED}', 'g')"
+
+
+def sql_holds_secret(column: str) -> str:
+    return f"coalesce(regexp_matches({column}, '{PATTERN}'), false)"

@@ -1,0 +1,111 @@
+"""Credentials in ingested data (an agent's shell that ran `env`, a key pasted into a task) are redacted before
+anything is stored: the trajectory, its turns and the quarantined record alike, by the SQL fast path and by the
+Python adapter alike; text that only resembles a key is kept; the run says how many rows it redacted. And the
+shapes themselves (pipeline/secret_shapes.py): Python's `re` and DuckDB's RE2 read the pattern alike."""
+
+import json
+
+import duckdb
+import pytest
+
+from pipeline.formats.simulacra_jsonl import to_record
+from pipeline.secret_shapes import PATTERN, REDACTED, redact_shapes, secret_kind, sql_redacted
+from pipeline.store.database import Store
+from pipeline.store.schema import SystemPrompt, Trajectory, Turn
+from stages import ingest
+
+# Made up, in each provider's documented shape.
+KEYS = {
+    "OpenAI or Anthropic API key": "sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf",
+    "Hugging Face token": "hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3",
+    "GitHub token": "ghp_0123456789abcdefABCDEF0123456789abcd",
+    "AWS access key id": "AKIA2E0A8F3B244C9986",
+    "Google API key": "AIzaSyD-1234567890abcdefghijklmnopqrstu",
+    "Slack token": "xoxb-2048-4096-abcdefABCDEF",
+    "private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+}
+# Text of the same look that is not a credential: kept as it is.
+LOOKALIKES = [
+    "disk-0123456789abcdefghijklmnop",  # `sk-` inside a word
+    "task-sk-short",
+    "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "AKIA-not-a-key",
+    "see hf_hub_download for details",
+]
+
+
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_each_shape_is_found_and_replaced_by_re_and_by_duckdb(kind):
+    text = f"before {KEYS[kind]} after"
+    assert secret_kind(text) == kind
+    assert redact_shapes(text) == f"before {REDACTED} after"
+    [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
+    assert stored == f"before {REDACTED} after"
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_text_that_only_resembles_a_key_is_kept(text):
+    assert secret_kind(text) is None and redact_shapes(text) == text
+    assert duckdb.sql(f"SELECT regexp_matches(?, '{PATTERN}')", params=[text]).fetchall() == [(False,)]
+
+
+def leaky(n: int) -> Trajectory:
+    return Trajectory(
+        source="",
+        domain="terminal",
+        task=f"Deploy with the token {KEYS['GitHub token']}",
+        system=SystemPrompt(
+            task_description="A Linux shell.", initial_state=f"~/.aws/credentials holds {KEYS['AWS access key id']}"
+        ),
+        turns=[
+            Turn(action="env | grep KEY", observation=f"OPENAI_API_KEY={KEYS['OpenAI or Anthropic API key']}\n"),
+            Turn(action=f"curl -H 'Authorization: Bearer {KEYS['Hugging Face token']}' hf.co", observation="ok\n"),
+            Turn(action="cat ~/.ssh/id_ed25519", observation=KEYS["private key"] + "\n"),
+            Turn(action=f"echo {n} {' '.join(LOOKALIKES)}", observation=f"{n} {' '.join(LOOKALIKES)}\n"),
+        ],
+    )
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["sql", "python"])
+def test_no_key_reaches_the_store_and_the_run_says_how_many_rows_held_one(config, tmp_path, fast_path):
+    config.ingest.sql_fast_path = fast_path
+    malformed = {"schema": "simulacra/trajectory-v1", "turns": [{"action": 7, "observation": KEYS["Slack token"]}]}
+    path = tmp_path / "leaky.jsonl"
+    path.write_text(
+        "\n".join([json.dumps(to_record(leaky(0))), json.dumps(malformed), json.dumps(to_record(leaky(1)))])
+    )
+    with Store(config.workspace.database_path) as store:
+        result = ingest.run(config, store, paths=[str(path)])
+        assert (result.metrics["added"], result.metrics["quarantined"]) == (2, 1)
+        # Per trajectory: itself (task, initial state) and three of its four turns; and the quarantined record.
+        assert result.metrics["secrets_redacted"] == 2 * (1 + 3) + 1
+        assert "9 row(s) held a credential, redacted" in result.summary
+        observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY ALL")]
+        tasks = [row["task"] for row in store.rows("SELECT task FROM trajectories")]
+    assert f"OPENAI_API_KEY={REDACTED}\n" in observations and f"{REDACTED}\n" in observations
+    assert tasks == [f"Deploy with the token {REDACTED}"] * 2
+    assert any(" ".join(LOOKALIKES) in observation for observation in observations)  # left as written
+    database = config.workspace.database_path.read_bytes()
+    everything = json.dumps(
+        {
+            table: duckdb.connect(str(config.workspace.database_path), read_only=True)
+            .execute(f"SELECT * FROM {table}")
+            .fetchall()
+            for table in ("trajectories", "turns", "quarantine")
+        },
+        default=str,
+    )
+    for kind, key in KEYS.items():
+        fragment = key.splitlines()[1] if kind == "private key" else key
+        assert fragment not in everything, kind
+        assert fragment.encode() not in database, kind
+
+
+def test_a_rerun_redacts_nothing_twice(config, tmp_path):
+    path = tmp_path / "leaky.jsonl"
+    path.write_text(json.dumps(to_record(leaky(0))) + "\n")
+    with Store(config.workspace.database_path) as store:
+        first = ingest.run(config, store, paths=[str(path)])
+        again = ingest.run(config, store, paths=[str(path)], rescan=True)
+    assert (first.metrics["secrets_redacted"], again.metrics["secrets_redacted"]) == (4, 0)
+    assert (again.metrics["added"], again.metrics["duplicates"]) == (0, 1)
