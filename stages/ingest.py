@@ -375,20 +375,6 @@ def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch, counts: C
             con.unregister("new_turns")
 
 
-# The stored text of a trajectory and of a turn: what prompts, training samples and judges are built from.
-TRAJECTORY_TEXT = (
-    "task",
-    "task_description",
-    "action_space",
-    "tools",
-    "initial_state",
-    "demonstrations",
-    "simulation_instructions",
-    "metadata",
-)
-TURN_TEXT = ("action", "observation", "tool_name", "metadata")
-
-
 def _redact_added(con) -> int:
     """Replace every credential-shaped run (pipeline/secret_shapes.py) in the rows this batch added, both paths
     alike, in the batch's transaction: data is untrusted, and an agent's shell prints keys (`env`, `cat
@@ -428,6 +414,14 @@ TRAJECTORY_COLUMNS = (
     "location",
 )
 TURN_COLUMNS = ("trajectory_id", "turn_index", "action", "observation", "tool_name", "is_error", "metadata")
+# The stored text of a trajectory and of a turn (what prompts, training samples and judges are built from): every
+# column but the keys, what the store derives, and where the record was read.
+TRAJECTORY_TEXT = tuple(
+    c
+    for c in TRAJECTORY_COLUMNS
+    if c not in ("trajectory_id", "source", "format", "domain", "outcome_reward", "num_turns", "location")
+)
+TURN_TEXT = tuple(c for c in TURN_COLUMNS if c not in ("trajectory_id", "turn_index", "is_error"))
 
 
 def _arrow_rows(rows: list[tuple[int, str, Trajectory]]) -> tuple[pa.Table, pa.Table]:
