@@ -158,10 +158,11 @@ def start_background_conversion(ref: str | None, workspace_root: Path, log: Path
 @contextmanager
 def _gguf_read_once() -> Iterator[None]:
     """transformers reads a GGUF file's metadata afresh for the tokenizer, the config and the weights, and
-    rebuilds gguf's tensor-name map once per module of the model. For SmolLM2-135M on 2 cores that was 30 s
-    of a 40 s load for 3 s of dequantising (cProfile, docs/performance.md): three `GGUFReader` parses,
-    each slicing a numpy memmap once per vocabulary string and merge (a memmap slice runs Python-level
-    hooks a plain array view does not), and 397 builds of the same name map. Within a conversion both are
+    rebuilds gguf's tensor-name map once per module of the model. For SmolLM2-135M on 2 cores, a cProfile of
+    the model's load put 22 s of its 50 in two `GGUFReader` parses (the tokenizer makes a third), each slicing
+    a numpy memmap once per vocabulary string and merge (a memmap slice runs Python-level hooks a plain
+    array view does not), and 12 s in 397 builds of the same name map, against 3 s of dequantising; the
+    conversion took 60 s, and 21 s read once (bench/gguf_conversion.py). Within a conversion both are
     pure functions of their arguments, so here the file is parsed once, through a plain array view of
     the same mapping, and the map built once per architecture. gguf's own names are swapped for the
     conversion only (transformers imports them from gguf when it reads), and put back after."""
