@@ -8,7 +8,7 @@ Each conversion runs in a fresh Python process (as `simulacra run`'s background 
 neither variant finds the other's imports or parses warm; a process's time is counted from before its
 imports to the folder's publication. The variants alternate (transformers' reads, read once, ...) so that
 load from other processes on a shared machine falls on both alike. The check: every file of the two
-folders byte for byte, except `gguf_source.json`'s location-free content, which is the same by construction.
+folders byte for byte (`gguf_source.json` included: it records the file's digest, not where it was written).
 """
 
 import argparse
