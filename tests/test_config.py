@@ -94,7 +94,7 @@ def test_a_credential_anywhere_in_the_config_is_refused_without_being_shown(tmp_
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     message = str(caught.value)
-    assert f"field `{field}`: holds what looks like a" in message and "never goes in the config" in message
+    assert f"field `{field}`: holds a credential by its shape (" in message and "never goes in the config" in message
     value = yaml.safe_load(text)
     for part in field.split("."):
         value = value[int(part)] if isinstance(value, list) else value[part]
