@@ -136,8 +136,8 @@ def _refuse_credentials(raw: dict[str, Any], where: str) -> None:
     found = list(_credential_fields(raw))
     if found:
         lines = "\n".join(
-            f"  field `{field}`: holds a credential by its shape ({kind}): a credential never goes in the config; put it in "
-            "the environment variable `api_key_env` names, or in a Prefect Secret block (`api_key_secret`)"
+            f"  field `{field}`: holds a credential by its shape ({kind}): a credential never goes in the config; "
+            "put it in the environment variable `api_key_env` names, or in a Prefect Secret block (`api_key_secret`)"
             for field, kind in found
         )
         raise ConfigError(f"{where}: invalid configuration\n{lines}")
