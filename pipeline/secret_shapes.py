@@ -19,7 +19,9 @@ SHAPES = {
     "AWS access key id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     "Google API key": r"\bAIza[0-9A-Za-z_\-]{35}",
     "Slack token": r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
-    "private key": r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z ]*PRIVATE KEY-----",
+    # Its body stops at a quote: inside JSON text (a tool's arguments, a cached request) the replacement stays within
+    # one string, so the JSON stays valid however the fields around it read.
+    "private key": r'-----BEGIN [A-Z ]*PRIVATE KEY-----[^"]*?-----END [A-Z ]*PRIVATE KEY-----',
 }
 PATTERN = "|".join(f"(?:{shape})" for shape in SHAPES.values())
 _COMPILED = re.compile(PATTERN)
@@ -39,7 +41,7 @@ def redact_shapes(text: str) -> str:
 
 def sql_redacted(column: str) -> str:
     """A DuckDB expression: `column` with every credential-shaped run replaced (RE2 reads the pattern as `re`
-    does; the pattern holds no quote, so it sits in a plain string literal, where a backslash is literal)."""
+    does; the pattern holds no single quote, so it sits in a plain string literal, where a backslash is literal)."""
     return f"regexp_replace({column}, '{PATTERN}', '{REDACTED}', 'g')"
 
 

@@ -109,3 +109,33 @@ def test_a_rerun_redacts_nothing_twice(config, tmp_path):
         again = ingest.run(config, store, paths=[str(path)], rescan=True)
     assert (first.metrics["secrets_redacted"], again.metrics["secrets_redacted"]) == (4, 0)
     assert (again.metrics["added"], again.metrics["duplicates"]) == (0, 1)
+
+
+def test_a_store_ingested_before_redaction_is_swept_when_it_is_next_opened_for_writing(config):
+    """Migration 12: the text columns of every table, a JSON column's text included, and nothing else touched."""
+    key, hf = KEYS["OpenAI or Anthropic API key"], KEYS["Hugging Face token"]
+    private = KEYS["private key"].replace("\n", "\\n")  # as JSON text holds it
+    with Store(config.workspace.database_path) as store:
+        store.execute(
+            "INSERT INTO trajectories (trajectory_id, source, format, domain, task_description, tools, num_turns, "
+            "location, ingested_at) VALUES ('t1', 's', 'f', 'terminal', ?, ?, 1, 'x:1', now())",
+            [f"key {key}", json.dumps([{"name": "login", "token": hf, "pem": KEYS["private key"]}])],
+        )
+        store.execute("INSERT INTO turns VALUES ('t1', 0, 'env', ?, NULL, false, NULL)", [f"OPENAI_API_KEY={key}\n"])
+        store.execute("INSERT INTO turns VALUES ('t1', 1, 'ls', 'disk-0123456789abcdefghijklmnop', NULL, false, NULL)")
+        store.execute(
+            "INSERT INTO llm_cache VALUES ('k', 'judge', 'openai', 'm', ?, ?, NULL, 1, 1, 1, now())",
+            [json.dumps({"messages": [{"role": "user", "content": f"{key} and {private}"}]}), f"echo {hf}"],
+        )
+        store.execute("DELETE FROM schema_migrations WHERE version = 12")  # as a store written before it
+    with Store(config.workspace.database_path) as store:
+        assert store.scalar("SELECT count(*) FROM schema_migrations WHERE version = 12") == 1  # applied on opening
+        tools = json.loads(store.scalar("SELECT tools FROM trajectories"))
+        observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
+        request = json.loads(store.scalar("SELECT request FROM llm_cache"))
+        answer = store.scalar("SELECT answer FROM llm_cache")
+        description = store.scalar("SELECT task_description FROM trajectories")
+    assert tools == [{"name": "login", "token": REDACTED, "pem": REDACTED}]
+    assert observations == [f"OPENAI_API_KEY={REDACTED}\n", "disk-0123456789abcdefghijklmnop"]
+    assert request["messages"][0]["content"] == f"{REDACTED} and {REDACTED}"
+    assert (answer, description) == (f"echo {REDACTED}", f"key {REDACTED}")
