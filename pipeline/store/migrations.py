@@ -7,7 +7,8 @@ field have applied it). A migration is a list of statements run in one transacti
 from pipeline.secret_shapes import sql_holds_secret, sql_redacted
 
 # Every column that holds text from a trajectory, a model or an error, table by table: what migration 12 sweeps
-# for credentials that a store ingested before ingest redacted them may hold (pipeline/secret_shapes.py).
+# for credentials that a store ingested before ingest redacted them may hold (pipeline/secret_shapes.py). Written
+# out, not derived from the tables' definitions elsewhere: a shipped migration must not change when they do.
 TEXT_COLUMNS = {
     "trajectories": (
         "task",
