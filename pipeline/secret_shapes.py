@@ -47,3 +47,10 @@ def sql_redacted(column: str) -> str:
 
 def sql_holds_secret(column: str) -> str:
     return f"coalesce(regexp_matches({column}, '{PATTERN}'), false)"
+
+
+def sql_redact_rows(table: str, columns: tuple[str, ...], scope: str = "TRUE") -> str:
+    """An UPDATE that redacts `columns` of the rows of `table` within `scope` (a condition) that hold a credential:
+    one RE2 scan of the text, and only the matching rows rewritten."""
+    holds = " OR ".join(sql_holds_secret(column) for column in columns)
+    return f"UPDATE {table} SET {', '.join(f'{c} = {sql_redacted(c)}' for c in columns)} WHERE ({scope}) AND ({holds})"

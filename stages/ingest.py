@@ -32,7 +32,7 @@ from pipeline.formats.file_encoding import sniff
 from pipeline.formats.sources import Input, NotRead, Skipped, expand
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
-from pipeline.secret_shapes import redact_shapes, sql_holds_secret, sql_redacted
+from pipeline.secret_shapes import redact_shapes, sql_redact_rows
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.schema import RecordError, Trajectory, check_limits
@@ -383,10 +383,8 @@ def _redact_added(con) -> int:
     only where they match. Returns how many rows changed."""
     changed = 0
     for table, columns in (("trajectories", TRAJECTORY_TEXT), ("turns", TURN_TEXT)):
-        holds = " OR ".join(sql_holds_secret(column) for column in columns)
         updated = con.execute(
-            f"UPDATE {table} SET {', '.join(f'{c} = {sql_redacted(c)}' for c in columns)} "
-            f"WHERE trajectory_id IN (SELECT trajectory_id FROM batch_chosen) AND ({holds})"
+            sql_redact_rows(table, columns, "trajectory_id IN (SELECT trajectory_id FROM batch_chosen)")
         ).fetchall()
         changed += updated[0][0] if updated else 0
     return changed

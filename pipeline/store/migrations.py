@@ -4,7 +4,7 @@ Append new migrations at the end; never edit or drop one that has shipped (works
 field have applied it). A migration is a list of statements run in one transaction.
 """
 
-from pipeline.secret_shapes import sql_holds_secret, sql_redacted
+from pipeline.secret_shapes import sql_redact_rows
 
 # Every column that holds text from a trajectory, a model or an error, table by table: what migration 12 sweeps
 # for credentials that a store ingested before ingest redacted them may hold (pipeline/secret_shapes.py). Written
@@ -32,11 +32,6 @@ TEXT_COLUMNS = {
     "fidelity_episodes": ("history", "error"),
     "stage_runs": ("metrics", "error", "summary"),
 }
-
-
-def _redacted_in_place(table: str, columns: tuple[str, ...]) -> str:
-    holds = " OR ".join(sql_holds_secret(column) for column in columns)
-    return f"UPDATE {table} SET {', '.join(f'{c} = {sql_redacted(c)}' for c in columns)} WHERE {holds}"
 
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -481,6 +476,6 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "credentials redacted from what is already stored",
         # Ingest redacts credential-shaped text before storing it; a store ingested earlier may hold some, and so
         # may every table built from it. One scan of each text column; rows are rewritten only where they match.
-        [_redacted_in_place(table, columns) for table, columns in TEXT_COLUMNS.items()],
+        [sql_redact_rows(table, columns) for table, columns in TEXT_COLUMNS.items()],
     ),
 ]
