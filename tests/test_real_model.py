@@ -118,7 +118,8 @@ def test_greedy_generation_of_the_converted_model_is_language(converted):
 
 
 def test_cpt_on_the_real_model_lowers_held_out_observation_ce(converted, tmp_path):
-    """The learning claim on a real model: a few steps on a small deterministic shell world."""
+    """The learning claim on a real model: two steps on a small deterministic shell world (held-out CE 3.18 -> 2.11
+    in a run; four steps reach 1.70 and cost 21 s more of the suite)."""
     _, folder = converted
     config = load_config(
         None,
@@ -127,8 +128,8 @@ def test_cpt_on_the_real_model_lowers_held_out_observation_ce(converted, tmp_pat
                 "workspace": {"path": str(tmp_path / "cpt")},
                 "model": {"base": str(folder)},
                 "cpt": {
-                    "max_steps": 4,
-                    "save_steps": 4,
+                    "max_steps": 2,
+                    "save_steps": 2,
                     "tokens_per_step": 512,
                     "micro_batch_rows": 2,
                     "max_length": 256,
@@ -143,5 +144,5 @@ def test_cpt_on_the_real_model_lowers_held_out_observation_ce(converted, tmp_pat
         fill_store(store, n_trajectories=24)
         result = cpt.run(config, store)
     before, after = result.metrics["eval_observation_ce_before"], result.metrics["eval_observation_ce_after"]
-    assert result.metrics["global_step"] == 4
+    assert result.metrics["global_step"] == 2
     assert after < before, (before, after)
