@@ -57,7 +57,7 @@ learn: $(STAMP)
 	$(BIN)/python bench/learning.py --config $(CONFIG)
 
 # What CI runs (.ci/run): `make lint`'s checks, the site, the suite. ruff and the site go first (seconds each, and a
-# failure there ends the run at once); mypy's cold run (about 70 CPU-seconds in a fresh clone) runs beside the
+# failure there ends the run at once); mypy's cold run (about 85 CPU-seconds in a fresh clone) runs beside the
 # suite at the lowest priority, where the suite leaves the cores idle about a fifth of its time (waiting on servers
 # and subprocesses): it takes that idle time rather than a minute of its own. Its report follows the suite's; the
 # target fails if either failed. `make lint` still runs mypy in the foreground.
@@ -73,7 +73,7 @@ test: $(TEST_STAMP)
 	exit $$(( tests != 0 || typed != 0 ))
 
 # The rules and the type checker's strictness are in pyproject.toml ([tool.ruff], [tool.mypy]). mypy's first run
-# in a fresh clone takes about 70 s on 2 cores (torch and transformers are not followed); later runs reuse
+# in a fresh clone takes about 85 CPU-seconds (torch and transformers are not followed); later runs reuse
 # .mypy_cache (10 s).
 lint: $(STAMP)
 	$(BIN)/ruff check .
