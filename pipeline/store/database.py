@@ -15,7 +15,7 @@ import duckdb
 
 from pipeline.config.workspace import make_private, make_private_file
 from pipeline.errors import UserFixableError
-from pipeline.store.migrations import MIGRATIONS
+from pipeline.store.migrations import MIGRATIONS, RowSweep
 
 
 class StoreBusy(UserFixableError):
@@ -107,7 +107,12 @@ class Store:
                 continue
             with self.transaction() as tx:
                 for statement in statements:
-                    tx.execute(statement)
+                    if isinstance(statement, RowSweep):
+                        [(has_rows,)] = tx.execute(f"SELECT EXISTS (SELECT 1 FROM {statement.table})").fetchall()
+                        if has_rows:
+                            tx.execute(statement.sql)
+                    else:
+                        tx.execute(statement)
                 tx.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
             applied.append(version)
         return applied
