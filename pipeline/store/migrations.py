@@ -1,7 +1,8 @@
 """Schema migrations of the store, applied in order and recorded in `schema_migrations`.
 
 Append new migrations at the end; never edit or drop one that has shipped (workspaces in the
-field have applied it). A migration is a list of statements run in one transaction.
+field have applied it). A migration is a list of statements run in one transaction; a `RowSweep` among
+them runs only where its table holds rows.
 """
 
 from dataclasses import dataclass
