@@ -17,7 +17,7 @@ STAMP := $(VENV)/.simulacra-installed
 TEST_STAMP := $(VENV)/.simulacra-test-installed
 CONFIG ?= data/configs/demo.yaml
 
-.PHONY: demo learn test lint docs bench clean-demo
+.PHONY: demo learn test lint ruff docs bench clean-demo
 
 # pip byte-compiles every file it installs unless told not to, uv only when told to: half the install on 2 cores
 # (157 s with it, 81 s with pip's --no-compile, same packages), mostly for files no stage imports (transformers'
@@ -56,15 +56,12 @@ demo: $(STAMP)
 learn: $(STAMP)
 	$(BIN)/python bench/learning.py --config $(CONFIG)
 
-# What CI runs (.ci/run): `make lint`'s checks, the site, the suite. ruff and the site go first (seconds each, and a
-# failure there ends the run at once); mypy's cold run (about 85 CPU-seconds in a fresh clone) runs beside the
-# suite at the lowest priority, where the suite leaves the cores idle about a fifth of its time (waiting on servers
+# What CI runs (.ci/run): ruff, the site, then the suite with mypy beside it. ruff and the site go first (seconds
+# each, and a failure there ends the run at once); mypy's cold run (about 85 CPU-seconds in a fresh clone) runs beside
+# the suite at the lowest priority, where the suite leaves the cores idle about a fifth of its time (waiting on servers
 # and subprocesses): it takes that idle time rather than a minute of its own. Its report follows the suite's; the
-# target fails if either failed. `make lint` still runs mypy in the foreground.
-test: $(TEST_STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+# target fails if either failed. `make lint` runs mypy in the foreground.
+test: ruff docs
 	@nice -n 19 $(BIN)/mypy > $(VENV)/mypy-beside-tests.log 2>&1 & types=$$!; \
 	trap 'kill $$types 2>/dev/null' INT TERM; \
 	$(BIN)/python -m pytest -q; tests=$$?; \
@@ -75,10 +72,12 @@ test: $(TEST_STAMP)
 # The rules and the type checker's strictness are in pyproject.toml ([tool.ruff], [tool.mypy]). mypy's first run
 # in a fresh clone takes about 85 CPU-seconds (torch and transformers are not followed); later runs reuse
 # .mypy_cache (10 s).
-lint: $(STAMP)
+lint: ruff
+	$(BIN)/mypy
+
+ruff: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
 
 # The documentation site, into site/. Offline: mkdocs.yml turns off Material's font download. Material 9.8
 # prints a notice about MkDocs 2 on every build unless told not to. Not --quiet: with it, --strict lets

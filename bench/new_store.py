@@ -40,16 +40,14 @@ def create(path: Path, unguarded: bool) -> float:
 
 
 def swept_on_first_migration(folder: Path) -> bool:
-    """A store at migration 11 holding a key in a turn is migrated: the key must be gone."""
+    """A store holding a key in a turn, with migration 12 unrecorded (as a store written before it), is opened
+    again: the key must be gone."""
     path = folder / "old.duckdb"
-    database.MIGRATIONS = [m for m in MIGRATIONS if m[0] < 12]
-    try:
-        with Store(path) as store:
-            store.execute(
-                "INSERT INTO turns VALUES ('t', 0, 'env', ?, NULL, false, NULL)", ["OPENAI_API_KEY=sk-" + "a1" * 20]
-            )
-    finally:
-        database.MIGRATIONS = MIGRATIONS
+    with Store(path) as store:
+        store.execute(
+            "INSERT INTO turns VALUES ('t', 0, 'env', ?, NULL, false, NULL)", ["OPENAI_API_KEY=sk-" + "a1" * 20]
+        )
+        store.execute("DELETE FROM schema_migrations WHERE version = 12")
     with Store(path) as store:
         [(observation,)] = store.execute("SELECT observation FROM turns").fetchall()
     return observation == "OPENAI_API_KEY=[redacted-secret]"
