@@ -69,6 +69,16 @@ def rl_store(store: Store) -> None:
         )
 
 
+def run_folder_listing(runs: Path) -> list[str]:
+    """The RL runs' folders down to the trainer's checkpoints (and what was set aside), for a failure message."""
+    return sorted(
+        str(p.relative_to(runs))
+        for pattern in ("*", "*/trainer/*", "*/trainer/incomplete/*", "*/trainer/staging/*")
+        for p in runs.glob(pattern)
+        if p.is_dir()
+    )
+
+
 @pytest.fixture
 def workspace(tmp_path):
     config_file = tmp_path / "config.yaml"
@@ -87,33 +97,42 @@ def workspace(tmp_path):
 def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
     config_file, config = workspace
     config.workspace.keep_resume_checkpoints = True  # until the last part: it resumes from the last checkpoint
-    child = subprocess.Popen(
-        [sys.executable, "-m", "stages.rl", "--config", str(config_file)],
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # The child's stderr to a file, not a pipe: a pipe nobody reads until the end can fill and stall the child, and
+    # reading it while the child runs would block.
+    child_log = config_file.parent / "child-stderr.log"
+    with child_log.open("wb") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "stages.rl", "--config", str(config_file)],
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     runs = config.workspace.runs_dir / "rl"
     try:
         deadline = time.monotonic() + 300
         while child.poll() is None and time.monotonic() < deadline and not list(runs.glob("*/trainer/checkpoint-*")):
             time.sleep(0.1)
         assert list(runs.glob("*/trainer/checkpoint-*")), (
-            f"no checkpoint before the child ended: {child.stderr.read()[-3000:]}"
+            f"no checkpoint before the child ended: {child_log.read_text(errors='replace')[-3000:]}"
         )
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
         child.wait()
-        child.stderr.close()
     [run_dir] = [p for p in runs.iterdir() if (p / "fingerprint.json").is_file()]
     assert not (run_dir / rl.METRICS_FILE).exists()  # killed before the end
+    left = run_folder_listing(runs)
 
     with Store(config.workspace.database_path) as store:
         result = rl.run(config, store)
         metrics = result.metrics
+        # Once in about ten full runs under extra load, the rerun trained from step 0: say what it found.
+        assert metrics["resumed_from_step"] is not None, (
+            f"the rerun found no checkpoint to resume; after the kill: {left}; after the rerun: "
+            f"{run_folder_listing(runs)}; fingerprint {metrics['fingerprint']}; the killed child's stderr ends: "
+            f"{child_log.read_text(errors='replace')[-1500:]}"
+        )
         assert metrics["resumed_from_step"] >= 1 and metrics["first_step_this_run"] == metrics["resumed_from_step"]
         assert metrics["global_step"] == RL_FIELDS["max_steps"]
         assert "gradient norm 0" in metrics["learned_nothing"]
