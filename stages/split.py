@@ -8,7 +8,9 @@ blank (`task`, or a path into `metadata`), else `trajectory_id:<id>`; it is reco
 The group's position u in [0, 1) is the first 52 bits of md5(salt:group_key); the pools take
 consecutive slices of [0, 1) in the order cpt, sft, rl, val, eval, as wide as their ratios. The val
 pool (issue 28) is the training side's held-out part: stages report on it and `export` chooses by it,
-so the eval pool only reports. u depends on
+so the eval pool only reports. `split.val_sources` holds out whole environments for it: a group with a
+trajectory of such an ingest source goes to val unless its u is in eval's slice, so no training pool
+holds them and eval is unchanged. u depends on
 the key alone, so adding data never moves a trajectory (a new run of a known task joins its pool),
 and eval never meets a training pool in a group. md5 rather than DuckDB's `hash()`: its value is
 fixed by a standard, not by a library version.
@@ -34,7 +36,7 @@ Every run computes what `splits` and `targets` should hold from `kept_turns` and
 (a hash per kept turn: cheap), then, in one transaction, deletes the rows that differ and inserts
 the missing ones. Unchanged rows stay as they are (with their `assigned_at`); a trajectory the
 filter dropped leaves both tables; a changed `split` section (ratios, salt, `group_by`, seed,
-target selection) replaces every row at once, in that one transaction, so `splits` never mixes two
+target selection, `val_sources`) replaces every row at once, in that one transaction, so `splits` never mixes two
 configs and the stages after it see the new pools in their fingerprints.
 """
 
@@ -44,6 +46,7 @@ from typing import Any
 
 from pipeline.config import SimulacraConfig
 from pipeline.config.split import POOLS, SplitConfig, TargetSelection
+from pipeline.errors import UserFixableError
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.prerequisites import require_filtered
@@ -88,13 +91,16 @@ def group_key_sql(fields: Sequence[str]) -> str:
 
 
 def _pool_sql(config: SplitConfig) -> str:
-    """CASE over the position: each pool a slice [previous bound, bound) of [0, 1); eval takes the rest."""
+    """CASE over the position: each pool a slice [previous bound, bound) of [0, 1); eval takes the rest.
+    A held-out group (`split.val_sources`) below eval's slice goes to val, whichever slice it is in."""
     bound = 0.0
     cases = []
     for pool in POOLS[:-1]:
         bound += getattr(config.ratios, pool)
         cases.append(f"WHEN position < CAST('{bound!r}' AS DOUBLE) THEN '{pool}'")
-    return f"CASE {' '.join(cases)} ELSE '{POOLS[-1]}' END"
+    # `bound` is now where eval's slice starts, computed as the CASE below computes it.
+    held_out = f"WHEN held_out AND position < CAST('{bound!r}' AS DOUBLE) THEN 'val' " if config.val_sources else ""
+    return f"CASE {held_out}{' '.join(cases)} ELSE '{POOLS[-1]}' END"
 
 
 def _selection_sql(selection: TargetSelection) -> str:
@@ -111,9 +117,14 @@ def _selection_sql(selection: TargetSelection) -> str:
 def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
     """The rows `splits` and `targets` should hold, as two SELECTs; the second reads the first's
     result from the temporary table `desired_splits`."""
-    grouped = f"SELECT trajectory_id, {group_key_sql(config.group_by)} AS group_key FROM kept_trajectories"
+    grouped = f"SELECT trajectory_id, source, {group_key_sql(config.group_by)} AS group_key FROM kept_trajectories"
+    # A group is held out when any of its trajectories comes from a held-out source: runs of one task in two
+    # sources must not sit in val and in a training pool at once.
+    sources = ", ".join(_quote(name) for name in config.val_sources) or "NULL"
+    held_out = f"bool_or(source IN ({sources})) OVER (PARTITION BY group_key)"
     splits = f"""SELECT trajectory_id, group_key, {_pool_sql(config)} AS pool
-        FROM (SELECT *, {_position_sql(config.salt, "group_key")} AS position FROM ({grouped}))"""
+        FROM (SELECT *, {_position_sql(config.salt, "group_key")} AS position, {held_out} AS held_out
+              FROM ({grouped}))"""
     seed = _quote(f"{config.seed}:")
     ranked = f"""SELECT p.pool, k.trajectory_id, k.turn_index,
             row_number() OVER (PARTITION BY k.trajectory_id ORDER BY k.turn_index) AS nth,
@@ -139,8 +150,22 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
     return splits, targets
 
 
+def _require_sources(store: Store, names: Sequence[str]) -> None:
+    """Every held-out source names kept trajectories: a misspelt name would otherwise hold out nothing."""
+    if not names:
+        return
+    present = [row[0] for row in store.execute("SELECT DISTINCT source FROM kept_trajectories ORDER BY 1").fetchall()]
+    unknown = [name for name in names if name not in present]
+    if unknown:
+        raise UserFixableError(
+            f"split.val_sources: no kept trajectory comes from {', '.join(map(repr, unknown))}; the sources with kept "
+            f"trajectories are {', '.join(map(repr, present)) or 'none'}: correct the name or ingest that source first"
+        )
+
+
 def run(config: SimulacraConfig, store: Store) -> StageResult:
     require_filtered(store)
+    _require_sources(store, config.split.val_sources)
     config_hash = config.section_hash(STAGE)
     splits_sql, targets_sql = _desired_sql(config.split, config_hash)
     with store.transaction() as tx:
@@ -191,6 +216,10 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
     metrics.update({f"eval_overlap.{r['domain']}": round(r["share_in_training"], 4) for r in overlap})
     pools = ", ".join(f"{p} {metrics[f'{p}_trajectories']}" for p in POOLS)
     summary = f"{added} trajectory(ies) assigned, {removed} removed or moved; pools: {pools}"
+    if config.split.val_sources:
+        # Which environment the validation score speaks for: one no training pool holds.
+        metrics["val_sources"] = ", ".join(config.split.val_sources)
+        summary += f"; held out for val (no training pool holds them): {metrics['val_sources']}"
     if overlap:
         shares = ", ".join(f"{r['domain']} {r['share_in_training']:.1%}" for r in overlap)
         summary += (

@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.config import SimulacraConfig, load_config
 from pipeline.config.split import POOLS
+from pipeline.errors import UserFixableError
 from pipeline.store.database import Store
 from stages import split as split_stage
 
@@ -19,6 +20,7 @@ def add_trajectories(
     domain: str = "terminal",
     tasks: list[str | None] | None = None,
     metadata: list[dict | None] | None = None,
+    source: str = "bench",
 ) -> None:
     """Kept trajectories as ingest and filter write them, each with `turns` turns (`ls i` -> `out i`)."""
     counts = turns if isinstance(turns, list) else [turns] * len(ids)
@@ -28,9 +30,9 @@ def add_trajectories(
         con.register("added", pa.table({"trajectory_id": ids, "n": counts, "task": tasks, "metadata": metadata}))
         con.execute(
             "INSERT INTO trajectories (trajectory_id, source, format, domain, task, task_description, num_turns, "
-            "metadata, location, ingested_at) SELECT trajectory_id, 'bench', 'simulacra-jsonl', ?, task, 'simulate', n, "
+            "metadata, location, ingested_at) SELECT trajectory_id, ?, 'simulacra-jsonl', ?, task, 'simulate', n, "
             "metadata::JSON, 'test', now() FROM added",
-            [domain],
+            [source, domain],
         )
         con.execute(
             "INSERT INTO turns SELECT trajectory_id, i, 'ls ' || i, 'out ' || i, NULL, false, NULL "
@@ -491,3 +493,45 @@ def test_the_validation_pool_is_carved_from_the_training_side_and_moves_no_eval_
     assert val and all(placed["four"][t] in ("cpt", "sft", "rl") for t in val)
     # Validation targets are chosen as eval's: the first, the last and up to three middle turns.
     assert {row["pool"]: row["n"] for row in targets}["val"] == len(val) * 5
+
+
+def test_a_held_out_source_is_validation_only_and_moves_no_eval_trajectory(tmp_path):
+    """`split.val_sources`: a whole environment no training pool holds. Its groups in eval's slice stay there,
+    its others go to val; a group it shares with another source goes with it; the rest is placed as before."""
+    bench = [f"b{i:03d}" for i in range(200)]
+    held = [f"h{i:03d}" for i in range(100)]
+    # h000-h019 share their task with b000-b019: one group across the two sources.
+    bench_tasks = [f"task {i}" if i < 20 else None for i in range(200)]
+    held_tasks = [f"task {i}" if i < 20 else None for i in range(100)]
+    placed, summaries = {}, {}
+    for name, split in (("plain", {}), ("held", {"val_sources": ["held", "held"]})):
+        config = configured(tmp_path / name, **split)
+        with Store(config.workspace.database_path) as store:
+            add_trajectories(store, bench, turns=4, tasks=bench_tasks)
+            add_trajectories(store, held, turns=4, tasks=held_tasks, source="held")
+            result = split_stage.run(config, store)
+            placed[name], summaries[name] = pools(store), result.summary
+            if name == "held":
+                assert result.metrics["val_sources"] == "held"
+                val_targets = store.scalar("SELECT count(*) FROM targets WHERE pool = 'val'")
+    plain, with_held = placed["plain"], placed["held"]
+    assert {t for t, p in plain.items() if p == "eval"} == {t for t, p in with_held.items() if p == "eval"}
+    assert {with_held[t] for t in held} == {"val", "eval"}
+    assert all(with_held[t] == "val" for t in held if plain[t] != "eval")
+    # The shared groups went with the held-out source; every other bench trajectory kept its pool.
+    shared = {f"b{i:03d}" for i in range(20)}
+    assert all(with_held[t] == with_held[f"h{t[1:]}"] for t in shared)
+    assert any(plain[t] in ("cpt", "sft", "rl") and with_held[t] == "val" for t in shared)
+    assert all(with_held[t] == plain[t] for t in bench if t not in shared)
+    assert val_targets == 4 * sum(1 for p in with_held.values() if p == "val")  # first, last, both middles
+    assert "held out for val (no training pool holds them): held" in summaries["held"]
+    assert "held out" not in summaries["plain"]
+
+
+def test_a_held_out_source_that_holds_nothing_is_refused_with_the_sources_there(tmp_path):
+    config = configured(tmp_path, val_sources=["helt"])
+    with Store(config.workspace.database_path) as store:
+        add_trajectories(store, ["a1", "a2"])
+        with pytest.raises(UserFixableError, match=r"split.val_sources: no kept trajectory comes from 'helt'.*'bench'"):
+            split_stage.run(config, store)
+        assert store.scalar("SELECT count(*) FROM splits") == 0

@@ -61,6 +61,15 @@ class SplitConfig(Section):
         "(OpenHands and HF exports), else the task text (the same goal or issue gives the same text). Changing "
         "it reassigns every pool at once, like the salt.",
     )
+    val_sources: list[str] = Field(
+        default_factory=list,
+        description="Ingest sources (their `name`) held out as a whole environment: no training pool holds any of "
+        "their groups. Their groups in eval's slice of [0, 1) stay in eval; all their others go to val, whatever "
+        "the ratios say, beside the other sources' val share (set `ratios.val` to 0 for a val pool of these sources "
+        "alone). The validation score then measures what training does to an environment it never saw, and "
+        "`export` ships by that. A group that holds a trajectory of one of these sources counts as theirs. A name "
+        "with no kept trajectory is an error, not a silent no-op.",
+    )
     salt: str = Field(
         default="simulacra-pools-v1",
         description="Mixed into the hash that places a group. Changing it reshuffles every pool, so it is "
@@ -90,6 +99,14 @@ class SplitConfig(Section):
         default_factory=lambda: TargetSelection(strategy="first_last_middle", middle=3),
         description="AgentWorldBench-style: the first, the last and up to three middle turns.",
     )
+
+    @field_validator("val_sources")
+    @classmethod
+    def _distinct_sources(cls, names: list[str]) -> list[str]:
+        blank = [name for name in names if not name.strip()]
+        if blank:
+            raise ValueError("a source name is blank")
+        return sorted(set(names))
 
     @field_validator("group_by")
     @classmethod
