@@ -120,8 +120,8 @@ def _desired_sql(config: SplitConfig, config_hash: str) -> tuple[str, str]:
     grouped = f"SELECT trajectory_id, source, {group_key_sql(config.group_by)} AS group_key FROM kept_trajectories"
     # A group is held out when any of its trajectories comes from a held-out source: runs of one task in two
     # sources must not sit in val and in a training pool at once.
-    sources = ", ".join(_quote(name) for name in config.val_sources) or "NULL"
-    held_out = f"bool_or(source IN ({sources})) OVER (PARTITION BY group_key)"
+    sources = ", ".join(_quote(name) for name in config.val_sources)
+    held_out = f"bool_or(source IN ({sources})) OVER (PARTITION BY group_key)" if sources else "false"
     splits = f"""SELECT trajectory_id, group_key, {_pool_sql(config)} AS pool
         FROM (SELECT *, {_position_sql(config.salt, "group_key")} AS position, {held_out} AS held_out
               FROM ({grouped}))"""
