@@ -5,7 +5,8 @@ Read top to bottom, `run` does:
    Parquet (`runs/cpt/snapshots/<pools fingerprint>`); make sure the base model exists (the tiny
    model is built from the cpt pool's own text when `model.base` is None; a GGUF base is converted
    to a folder once, pipeline/training/gguf_base.py); fingerprint the inputs;
-2. (main) build the token sequences (pipeline/training/sequences.py), mix in world knowledge up to
+2. (main) build the token sequences (pipeline/training/sequences.py), repeat the smaller domains' windows
+   as `cpt.domain_balance` asks (pipeline/training/domain_mix.py), mix in world knowledge up to
    the configured ratio of loss tokens, write them as Parquet under the run's folder
    (`runs/cpt/<fingerprint>/sequences`: every observation label plus each thinned observation's mask
    span); close the store;
@@ -33,6 +34,7 @@ registration, files only) on a GPU worker, `record` (the registration) back on t
 
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from pipeline.store.snapshot import (
     require_scores,
 )
 from pipeline.training import trainer as shared_trainer
+from pipeline.training.domain_mix import copies, domain_factors, reseeded
 from pipeline.training.models import base_model_ref, ensure_base_model
 
 # CPT needs nothing beyond the common plan; the name `Plan` is what flows/gpu_stage.py looks up.
@@ -66,6 +69,7 @@ from pipeline.training.sequences import (
     SequenceBuilder,
     SequenceWriter,
     TokenSequence,
+    read_sequences,
 )
 from pipeline.training.tiny_model import build_tiny_model
 from pipeline.training.world_knowledge import mix_world_knowledge
@@ -77,9 +81,12 @@ TINY_CORPUS_CHARS = 2_000_000
 METRICS_FILE = "metrics.json"
 STATS_FILE = "stats.json"
 LOSS_CURVE = "loss_curve.png"
+# Per-domain statistics of the sequences, flattened into the metrics as `<key>.<domain>` (`cpt.domain_balance`).
+DOMAIN_STATS = ("domain_tokens", "domain_factors", "domain_tokens_trained")
 COUNTS = (
     "trajectories",
-    "trajectory_sequences",
+    "trajectory_windows",  # the pool's windows, each once
+    "trajectory_sequences",  # as trained: with the copies `cpt.domain_balance` asks
     "trajectory_tokens",
     "trajectory_label_tokens",
     "world_knowledge_sequences",
@@ -150,21 +157,39 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
     plan.sequences_dir.mkdir(parents=True, exist_ok=True)
     counted = dict.fromkeys(COUNTS, 0)
     tally = LabelTally()
-    with SequenceWriter(plan.sequences_dir / "train.parquet") as train:
+    # The windows go to a staging file first: how often each is trained on depends on every domain's tokens.
+    staged = plan.sequences_dir / "trajectory_windows.parquet"
+    domain_of: dict[str, str] = {}
+    domain_tokens: Counter[str] = Counter()
+    with SequenceWriter(staged) as staging:
         for trajectory in read_pool(plan.snapshot_dir, "cpt"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
             windows, counts = builder.trajectory_sequences(trajectory.trajectory_id, prompt, trajectory.turns)
             tally.merge(counts)
             counted["trajectories"] += 1
+            domain_of[trajectory.trajectory_id] = trajectory.domain
             for window in windows:
-                train.write(window)
+                staging.write(window)
+                counted["trajectory_windows"] += 1
+                domain_tokens[trajectory.domain] += len(window.input_ids)
+    if not counted["trajectory_windows"]:
+        staged.unlink()
+        raise RuntimeError(
+            "the cpt pool produced no sequence with a label (every keep ratio 0, or every turn too long)"
+        )
+    factors = domain_factors(domain_tokens, cpt.domain_balance)
+    trained_tokens: Counter[str] = Counter()
+    with SequenceWriter(plan.sequences_dir / "train.parquet") as train:
+        for window in read_sequences(staged):
+            domain = domain_of[window.source]
+            first_turn = window.turn_indices[0] if window.turn_indices else 0
+            for copy in range(copies(factors[domain], cpt.seed, window.source, first_turn)):
+                sequence = reseeded(window, copy)
+                train.write(sequence)
                 counted["trajectory_sequences"] += 1
-                counted["trajectory_tokens"] += len(window.input_ids)
-                counted["trajectory_label_tokens"] += _labelled(window)
-        if not counted["trajectory_sequences"]:
-            raise RuntimeError(
-                "the cpt pool produced no sequence with a label (every keep ratio 0, or every turn too long)"
-            )
+                counted["trajectory_tokens"] += len(sequence.input_ids)
+                counted["trajectory_label_tokens"] += _labelled(sequence)
+                trained_tokens[domain] += len(sequence.input_ids)
         # The ratio counts loss tokens (epoch 0's masks; later epochs draw as many in expectation).
         documents = mix_world_knowledge(
             builder, cpt.world_knowledge, counted["trajectory_label_tokens"], cpt.world_knowledge_token_ratio, cpt.seed
@@ -174,6 +199,7 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
             counted["world_knowledge_sequences"] += 1
             counted["world_knowledge_tokens"] += len(document.input_ids)
             counted["world_knowledge_label_tokens"] += _labelled(document)
+    staged.unlink()
     with SequenceWriter(plan.sequences_dir / "eval.parquet") as held_out:
         for trajectory in read_pool(plan.snapshot_dir, "val"):
             prompt = render_cpt_system_prompt(trajectory.domain, trajectory.system)
@@ -195,6 +221,11 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
         "world_knowledge_ratio_configured": cpt.world_knowledge_token_ratio,
         "world_knowledge_input_ratio": counted["world_knowledge_tokens"] / counted["trajectory_tokens"],
         "world_knowledge_loss_share": counted["world_knowledge_label_tokens"] / max(1, label_tokens),
+        # Each domain's trajectory tokens in the pool and as trained (`cpt.domain_balance`), and the factor between.
+        "domain_balance": cpt.domain_balance,
+        "domain_tokens": dict(sorted(domain_tokens.items())),
+        "domain_factors": {domain: round(factor, 4) for domain, factor in sorted(factors.items())},
+        "domain_tokens_trained": dict(sorted(trained_tokens.items())),
         # Epoch 0's labels; content and end tokens apart, so the end tokens cannot hide a content rate.
         "keep_ratio": dict(sorted(tally.keep_ratios.items())),
         "content_tokens": dict(tally.content_tokens),
@@ -311,9 +342,27 @@ def _summary(metrics: dict[str, Any]) -> str:
     scored = summary_words(metrics)
     return (
         f"{metrics['global_step']} steps on {metrics['trajectory_sequences']} trajectory windows "
-        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{_corpus_short(metrics)}{resumed}; {ce}"
-        + (f"; {scored}" if scored else "")
+        f"+ {metrics['world_knowledge_sequences']} world-knowledge chunks{_corpus_short(metrics)}"
+        f"{_domain_words(metrics)}{resumed}; {ce}" + (f"; {scored}" if scored else "")
     )
+
+
+def _by_domain(metrics: dict[str, Any], key: str) -> dict[str, Any]:
+    prefix = f"{key}."
+    return {name[len(prefix) :]: value for name, value in metrics.items() if name.startswith(prefix)}
+
+
+def _domain_words(metrics: dict[str, Any]) -> str:
+    """Where `cpt.domain_balance` repeated windows: each domain's share of the trajectory tokens, in the pool -> as
+    trained, so a reader of the summary knows what the steps saw."""
+    pool, trained = _by_domain(metrics, "domain_tokens"), _by_domain(metrics, "domain_tokens_trained")
+    if metrics.get("domain_balance", 1) == 1 or not pool or pool == trained:
+        return ""
+    pool_total, trained_total = sum(pool.values()), sum(trained.values())
+    shares = ", ".join(
+        f"{domain} {pool[domain] / pool_total:.0%} -> {trained.get(domain, 0) / trained_total:.0%}" for domain in pool
+    )
+    return f" (domains weighed, balance {metrics['domain_balance']:g}: {shares})"
 
 
 def _corpus_short(metrics: dict[str, Any]) -> str:
@@ -370,6 +419,7 @@ def train(config, plan: Plan) -> None:
         **trained,
         **{f"label_fraction_content.{c}": f for c, f in stats["label_fraction_content"].items()},
         **{f"label_fraction_end.{c}": f for c, f in stats["label_fraction_end"].items()},
+        **{f"{key}.{domain}": value for key in DOMAIN_STATS for domain, value in stats.get(key, {}).items()},
         "train_loss_first": curve[0][1] if curve else None,
         "train_loss_last": curve[-1][1] if curve else None,
         **measured,

@@ -173,6 +173,59 @@ def test_a_corpus_smaller_than_the_ratio_is_used_whole_and_the_summary_says_so(t
     assert "whole corpus" not in cpt._summary({**metrics, "world_knowledge_ratio_configured": 0.01})
 
 
+def test_domain_balance_repeats_the_smaller_domain_until_the_domains_share_alike(tmp_path):
+    """`cpt.domain_balance` 0 on a pool where one domain holds a fraction of the tokens: its windows are repeated, each
+    copy with its own keep-ratio masks, until it is half of what CPT trains on; no window of the larger domain is
+    left out or repeated, and the summary says the shares. At 1 (the default) every window is written once."""
+    once_config = cpt_config(tmp_path, max_steps=1, save_steps=1)
+    weighed_config = cpt_config(tmp_path, max_steps=1, save_steps=1, domain_balance=0.0)
+    with Store(once_config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=40)
+        store.execute("UPDATE trajectories SET domain = 'text-game' WHERE trajectory_id <= 'traj-007'")
+        once, weighed = (cpt.prepare(config, store) for config in (once_config, weighed_config))
+    assert once.sequences_dir != weighed.sequences_dir  # another fingerprint, another run
+    once_stats, stats = (json.loads((plan.sequences_dir / "stats.json").read_text()) for plan in (once, weighed))
+    assert once_stats["trajectory_sequences"] == once_stats["trajectory_windows"]
+    assert once_stats["domain_tokens_trained"] == once_stats["domain_tokens"]
+    assert once_stats["domain_factors"] == {"terminal": 1.0, "text-game": 1.0}
+
+    pool, trained = stats["domain_tokens"], stats["domain_tokens_trained"]
+    assert pool == once_stats["domain_tokens"] and pool["text-game"] < pool["terminal"] / 2
+    assert stats["domain_factors"]["terminal"] == 1.0 and trained["terminal"] == pool["terminal"]
+    assert trained["text-game"] / sum(trained.values()) == pytest.approx(0.5, abs=0.08)
+
+    def windows(plan):
+        table = pq.read_table(plan.sequences_dir / "train.parquet").to_pylist()
+        rows = [row for row in table if row["kind"] == "trajectory"]
+        return {(row["source"], row["turn_indices"][0]): [] for row in rows}, rows
+
+    pool_windows, _ = windows(once)
+    by_window, rows = windows(weighed)
+    assert set(by_window) == set(pool_windows)  # every window of the pool, none lost
+    for row in rows:
+        by_window[(row["source"], row["turn_indices"][0])].append(row)
+    factor = stats["domain_factors"]["text-game"]
+    for (source, _), written in by_window.items():
+        game = source <= "traj-007"
+        assert len(written) in ((math.floor(factor), math.ceil(factor)) if game else (1,))
+        assert len({tuple(row["input_ids"]) for row in written}) == 1
+        seeds = [tuple(row["mask_seed"]) for row in written]
+        assert len(set(seeds)) == len(seeds) or not any(seeds)  # each copy its own masks
+    assert not (weighed.sequences_dir / "trajectory_windows.parquet").exists()  # the staging file is gone
+
+    # The run's metrics (flat, as metrics.json holds them) carry the per-domain numbers, and the summary the shares.
+    with Store(weighed_config.workspace.database_path) as store:
+        result = cpt.run(weighed_config, store)
+    assert result.metrics["domain_factors.text-game"] == factor and result.metrics["domain_factors.terminal"] == 1.0
+    assert result.metrics["domain_tokens_trained.text-game"] == trained["text-game"]
+    shares = ", ".join(
+        f"{domain} {pool[domain] / sum(pool.values()):.0%} -> {trained[domain] / sum(trained.values()):.0%}"
+        for domain in ("terminal", "text-game")
+    )
+    assert f"world-knowledge chunks (domains weighed, balance 0: {shares}); validation" in result.summary
+    assert "domains weighed" not in cpt._summary({**result.metrics, "domain_balance": 1.0})
+
+
 def test_an_empty_cpt_pool_is_an_error(tmp_path):
     config = cpt_config(tmp_path)
     with Store(config.workspace.database_path) as store:

@@ -24,6 +24,16 @@ class CPTConfig(TrainingSettings):
         "0.2: world knowledge is a sixth of the gradient, the observations the rest. A corpus smaller than the "
         "ratio asks is used whole, once, and the summary line says the ratio it reached.",
     )
+    domain_balance: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="How the pool's domains (environment kinds) share the trajectory tokens CPT trains on: each in "
+        "proportion to its own token count to this power. 1: the pool's own shares, nothing repeated; 0: every "
+        "domain alike; between, temperature sampling (XLM-R's 0.3). Smaller domains are repeated, whole windows with "
+        "their own keep-ratio masks; no window is left out. Choose it on the validation pool: at 1, the demo's text "
+        "games (13% of its trajectory tokens) got about 4 of `make learn`'s 32 rows (pipeline/training/domain_mix.py).",
+    )
     outcome_head_tokens: int = Field(
         default=4,
         ge=0,

@@ -405,6 +405,19 @@ class SequenceWriter:
             self.partial.unlink(missing_ok=True)
 
 
+def read_sequences(path: Path, batch_rows: int = 1024):
+    """The sequences a `SequenceWriter` wrote, in order, as `TokenSequence`s, a row group at a time."""
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        for row in batch.to_pylist():
+            spans = [
+                MaskSpan(*fields)
+                for fields in zip(row["mask_start"], row["mask_end"], row["mask_keep"], row["mask_seed"], strict=True)
+            ]
+            yield TokenSequence(row["input_ids"], row["labels"], row["source"], row["kind"], row["turn_indices"], spans)
+
+
 class ParquetSequences:
     """A map-style dataset over sequences Parquet files: rows as {input_ids, labels} lists, the labels
     those of the current epoch (`set_epoch`, called by the trainer before each epoch; 0 until then).
