@@ -1,9 +1,9 @@
 """How CPT weighs the environments of its pool: each domain's share of the trajectory tokens (`cpt.domain_balance`).
 
 A pool's environments are rarely of one size, and a CPT budget is a fraction of an epoch: each domain is then
-trained on in proportion to its tokens. On the demo the text games are 12% of the cpt pool's tokens, so `make learn`'s
-32 steps of 1,024 tokens saw about 4 rows of them, and CPT moved the public ALFWorld turns by -0.1; the same 32 steps
-on the games alone moved them +13.0 [+8.3, +17.5] (docs/performance.md, 2026-12-05).
+trained on in proportion to its tokens. On the demo the text games are 13% of the cpt pool's trajectory tokens, so
+`make learn`'s 32 steps of 1,024 tokens saw about 4 rows of them, and CPT moved the public ALFWorld turns by -0.1;
+the same 32 steps on the games alone moved them +13.0 [+8.3, +17.5] (docs/performance.md, 2026-12-05).
 
 `domain_balance` b makes each domain's share of the trajectory tokens proportional to its token count to the power b:
 1 keeps the pool's own shares (nothing is repeated, the sequences are those of a pool never weighed); 0 gives every
@@ -16,7 +16,8 @@ depend on the order of the pool. Each copy after the first draws its own keep-ra
 repeated echo is thinned differently, as another epoch would thin it.
 
 The world-knowledge corpus is not a domain here: its ratio (`world_knowledge_token_ratio`) counts the trajectory
-labels as weighed, so it stays the same share of the gradient.
+labels as weighed, so a corpus large enough keeps its share of the gradient, and one used whole (the demo's) weighs
+less as the trajectories are repeated.
 """
 
 import hashlib
