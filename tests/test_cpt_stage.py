@@ -171,6 +171,9 @@ def test_a_corpus_smaller_than_the_ratio_is_used_whole_and_the_summary_says_so(t
     assert f"world-knowledge chunks (the whole corpus, {labels}: {reached})" in result.summary
     # At a ratio the corpus holds, nothing is said.
     assert "whole corpus" not in cpt._summary({**metrics, "world_knowledge_ratio_configured": 0.01})
+    # The steps' share of an epoch: under one, which rows were trained on is the shuffle's draw.
+    assert result.summary.startswith(f"1 steps ({metrics['epochs']:.2f} of an epoch) on ")
+    assert cpt._summary({**metrics, "epochs": 2.5}).startswith("1 steps (2.50 epochs) on ")
 
 
 def test_domain_balance_repeats_the_smaller_domain_until_the_domains_share_alike(tmp_path):
