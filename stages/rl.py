@@ -43,6 +43,7 @@ from pipeline.training.runs import (
     claim_run_folder,
     complete_run,
     launch_from_command_line,
+    model_words,
     run_across_processes,
 )
 
@@ -303,8 +304,9 @@ def _summary(metrics: dict[str, Any]) -> str:
         if key.startswith("reward_share.")
     ]
     scored = summary_words(metrics)
+    started = f"from {model_words(metrics['base_model'])}, " if metrics.get("base_model") else ""
     return (
-        f"{metrics.get('answer_format', 'rl-thinking')} format: "
+        f"{started}{metrics.get('answer_format', 'rl-thinking')} format: "
         f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts ({metrics.get('prompts_with_rule_reward', 0)} "
         f"with a verifier){too_long}{resumed}; mean reward "
         f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step{steps_apart})"

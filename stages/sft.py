@@ -60,7 +60,7 @@ from pipeline.store.atomic_files import write_text_atomic
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
-from pipeline.training.runs import RunPlan, claim_run_folder, complete_run
+from pipeline.training.runs import RunPlan, claim_run_folder, complete_run, model_words
 
 STAGE = "sft"
 POOLS = ("cpt", "sft", "val")
@@ -571,8 +571,9 @@ def _summary(metrics: dict[str, Any]) -> str:
         if metrics["selection"] == DIRECT_SELECTION
         else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})"
     )
+    started = f"from {model_words(metrics['base_model'])}, " if metrics.get("base_model") else ""
     return (
-        f"{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
+        f"{started}{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
         f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}" + (f"; {scored}" if scored else "")
     )
 

@@ -360,7 +360,9 @@ def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepar
         )
     metrics = result.metrics
     assert candidates == 0 and metrics["answer_format"] == "direct" and metrics["kept"] == metrics["queries"] == 6
-    assert result.summary.startswith("direct format: 6 queries, their real observations as targets")
+    # The summary names the model SFT started from (here sft.base_model, a local folder).
+    started = Path(config.sft.base_model).name
+    assert result.summary.startswith(f"from {started}, direct format: 6 queries, their real observations as targets")
     assert model_format(checkpoint["path"], "sft").name == "direct"
     assert metrics["val_queries"] == 3 and metrics["val_format_after"] == "direct"
     assert "validation score" in result.summary

@@ -78,6 +78,17 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
     return output_dir, fingerprint
 
 
+def model_words(ref: str) -> str:
+    """A model a stage started from, as its summary line names it: `cpt run 726c0c7f` for a training stage's checkpoint
+    (`runs/<stage>/<fingerprint>/model`), a local folder by its name, a hub id as given. SFT and RL start from the
+    newest registered checkpoint of the stage before, which after an experiment need not be the run the config
+    describes; the summary makes the lineage visible."""
+    path = Path(ref)
+    if path.name == "model" and path.parent.parent.parent.name == "runs":
+        return f"{path.parent.parent.name} run {path.parent.name[:8]}"
+    return path.name if path.is_dir() else ref
+
+
 def register_checkpoint(store, stage: str, plan: RunPlan, metrics: dict[str, Any]) -> None:
     """The run's model in `checkpoints`, replacing an earlier registration of the same run."""
     checkpoint_id = f"{stage}-{plan.fingerprint}"
