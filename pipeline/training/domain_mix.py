@@ -43,9 +43,10 @@ def domain_factors(tokens: Mapping[str, int], balance: float) -> dict[str, float
     return {domain: ratios[domain] / lowest if domain in ratios else 1.0 for domain in tokens}
 
 
-def _unit(*parts: object) -> float:
+def _hash64(*parts: object) -> int:
+    """A 64-bit integer drawn from `parts`: the same on every run and in every process."""
     digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    return int.from_bytes(digest, "big")
 
 
 def copies(factor: float, seed: int, source: str, first_turn: int) -> int:
@@ -54,19 +55,14 @@ def copies(factor: float, seed: int, source: str, first_turn: int) -> int:
     fraction = factor - whole
     if fraction <= EPSILON:
         return whole
-    return whole + (_unit(seed, source, first_turn, "domain-mix") < fraction)
+    return whole + (_hash64(seed, source, first_turn, "domain-mix") / 2**64 < fraction)
 
 
 def reseeded(sequence: TokenSequence, copy: int) -> TokenSequence:
     """Copy `copy` of a window (0: the window itself): the same tokens and labels, its own keep-ratio masks."""
     if copy == 0:
         return sequence
-    spans = [MaskSpan(span.start, span.end, span.keep_ratio, _reseed(span.seed, copy)) for span in sequence.spans]
+    spans = [MaskSpan(span.start, span.end, span.keep_ratio, _hash64(span.seed, copy)) for span in sequence.spans]
     return TokenSequence(
         sequence.input_ids, sequence.labels, sequence.source, sequence.kind, list(sequence.turn_indices), spans
     )
-
-
-def _reseed(seed: int, copy: int) -> int:
-    digest = hashlib.blake2b(f"{seed}\x1f{copy}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")

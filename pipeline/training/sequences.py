@@ -411,10 +411,8 @@ def read_sequences(path: Path, batch_rows: int = 1024):
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
         for row in batch.to_pylist():
-            spans = [
-                MaskSpan(*fields)
-                for fields in zip(row["mask_start"], row["mask_end"], row["mask_keep"], row["mask_seed"], strict=True)
-            ]
+            masks = (row[column] for column in ParquetSequences.MASK_COLUMNS)
+            spans = [MaskSpan(*fields) for fields in zip(*masks, strict=True)]
             yield TokenSequence(row["input_ids"], row["labels"], row["source"], row["kind"], row["turn_indices"], spans)
 
 
