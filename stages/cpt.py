@@ -183,6 +183,7 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
         for window in read_sequences(staged):
             domain = domain_of[window.source]
             first_turn = window.turn_indices[0] if window.turn_indices else 0
+            window.stratum = domain  # the row order balances the environments (pipeline/training/row_order.py)
             for copy in range(copies(factors[domain], cpt.seed, window.source, first_turn)):
                 sequence = reseeded(window, copy)
                 train.write(sequence)
@@ -195,6 +196,7 @@ def _build_sequences(config, plan: Plan, tokenizer) -> dict[str, Any]:
             builder, cpt.world_knowledge, counted["trajectory_label_tokens"], cpt.world_knowledge_token_ratio, cpt.seed
         )
         for document in documents:
+            document.stratum = document.kind
             train.write(document)
             counted["world_knowledge_sequences"] += 1
             counted["world_knowledge_tokens"] += len(document.input_ids)

@@ -306,6 +306,7 @@ def _build_sequences(
             if built.sequence is None:
                 counted["samples_too_long"] += 1
                 continue
+            built.sequence.stratum = query.domain  # balanced by the row order (pipeline/training/row_order.py)
             train.write(built.sequence)
             # The thinking block as taught, tags and separator included: what a held-out answer spends
             # before its observation (pipeline/training/budgets.py).

@@ -214,6 +214,12 @@ def test_domain_balance_repeats_the_smaller_domain_until_the_domains_share_alike
         assert len({tuple(row["input_ids"]) for row in written}) == 1
         seeds = [tuple(row["mask_seed"]) for row in written]
         assert len(set(seeds)) == len(seeds) or not any(seeds)  # each copy its own masks
+        # Each copy names its domain, which the row order balances (pipeline/training/row_order.py).
+        assert {row["stratum"] for row in written} == {"text-game" if game else "terminal"}
+    documents = [
+        row for row in pq.read_table(weighed.sequences_dir / "train.parquet").to_pylist() if row["kind"] != "trajectory"
+    ]
+    assert documents and {row["stratum"] for row in documents} == {"world_knowledge"}
     assert not (weighed.sequences_dir / "trajectory_windows.parquet").exists()  # the staging file is gone
 
     # The run's metrics (flat, as metrics.json holds them) carry the per-domain numbers, and the summary the shares.
@@ -255,7 +261,8 @@ def manual_observation_ce(model_dir, eval_parquet) -> float:
 
 
 def test_cpt_trains_resumes_from_its_checkpoint_and_lowers_held_out_ce(tmp_path):
-    config = cpt_config(tmp_path)
+    # In the stratified row order (pipeline/training/row_order.py): the resume skips what that order trained.
+    config = cpt_config(tmp_path, row_order="stratified")
     config.orchestration.fail_stage = "cpt"  # fails once per workspace, after the first checkpoint
     config.workspace.keep_resume_checkpoints = True  # the rotation below is checked on the kept checkpoints
     with Store(config.workspace.database_path) as store:
@@ -369,6 +376,7 @@ def test_two_processes_under_torchrun_train_one_model(tmp_path):
     config_file.write_text(
         f"workspace:\n  path: {tmp_path / 'workspace'}\n"
         "cpt:\n  max_steps: 6\n  save_steps: 3\n  micro_batch_rows: 2\n  tokens_per_step: 512\n  max_length: 256\n"
+        "  row_order: stratified\n"  # each process deals itself its share of one order
     )
     config = load_config(config_file)
     with Store(config.workspace.database_path) as store:

@@ -358,6 +358,7 @@ def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepar
             ((r["trajectory_id"], r["turn_index"]), r["observation"])
             for r in store.rows("SELECT trajectory_id, turn_index, observation FROM turns")
         )
+        domains = dict(store.execute("SELECT trajectory_id, domain FROM trajectories").fetchall())
     metrics = result.metrics
     assert candidates == 0 and metrics["answer_format"] == "direct" and metrics["kept"] == metrics["queries"] == 6
     # The summary names the model SFT started from (here sft.base_model, a local folder).
@@ -379,6 +380,7 @@ def test_direct_sft_trains_on_the_real_observations_and_generates_nothing(prepar
         earlier = [observations[(trajectory, i)] + "<|im_end|>" for i in range(target)]
         assert spans[:-1] == earlier[len(earlier) - len(spans) + 1 :]
         assert "<think>" not in tokenizer.decode(row["input_ids"])
+        assert row["stratum"] == domains[trajectory]  # the row order balances the environments
         history_labels += sum(len(span) for span in labelled_spans(row["labels"])[:-1])
     assert metrics["history_label_tokens"] == history_labels > 0
     assert metrics["train_label_tokens"] > history_labels

@@ -64,5 +64,11 @@ def reseeded(sequence: TokenSequence, copy: int) -> TokenSequence:
         return sequence
     spans = [MaskSpan(span.start, span.end, span.keep_ratio, _hash64(span.seed, copy)) for span in sequence.spans]
     return TokenSequence(
-        sequence.input_ids, sequence.labels, sequence.source, sequence.kind, list(sequence.turn_indices), spans
+        sequence.input_ids,
+        sequence.labels,
+        sequence.source,
+        sequence.kind,
+        list(sequence.turn_indices),
+        spans,
+        sequence.stratum,
     )

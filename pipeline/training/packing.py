@@ -22,9 +22,11 @@ row holds several sequences; each keeps its own view of the world:
   so no loss ever asks the model to guess the first token of the next sequence.
 
 Rows are filled by best-fit decreasing over the sequences' lengths (read once, without loading
-the sequences), then put in a seeded order. The tail of a row that nothing fits is padding: a
-sequence of its own in `position_ids` (so it never attends to real tokens, nor they to it),
-unlabelled, 0 in `attention_mask` (which only counts tokens: it never reaches attention).
+the sequences), then put in a seeded order. Under `row_order: stratified` the filling is done within
+each stratum the sequences name (an environment, world knowledge), so that a row holds one and the
+order of rows can balance them (pipeline/training/row_order.py). The tail of a row that nothing fits
+is padding: a sequence of its own in `position_ids` (so it never attends to real tokens, nor they to
+it), unlabelled, 0 in `attention_mask` (which only counts tokens: it never reaches attention).
 """
 
 from collections.abc import Sequence
@@ -35,8 +37,11 @@ import numpy as np
 from pipeline.training.sequences import IGNORE_INDEX
 
 
-def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int, seed: int) -> list[list[int]]:
-    """Sequence indices grouped in rows of at most `capacity` tokens, every index exactly once.
+def pack_rows(
+    lengths: Sequence[int] | np.ndarray, capacity: int, seed: int, strata: Sequence[str] | None = None
+) -> list[list[int]]:
+    """Sequence indices grouped in rows of at most `capacity` tokens, every index exactly once, in a seeded
+    order; with `strata` (one per sequence), a row holds sequences of one stratum only.
 
     Best-fit decreasing: longest first, each into the open row it fills most tightly (the row with
     the least room that still fits it), a new row when none fits. `np.argmax` over a boolean
@@ -45,6 +50,19 @@ def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int, seed: int) -> 
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) and (too_long := int(lengths.max())) > capacity:
         raise ValueError(f"a sequence of {too_long} tokens does not fit in a row of {capacity}")
+    rows: list[list[int]] = []
+    if strata is None:
+        rows = _best_fit_decreasing(lengths, capacity)
+    else:
+        labels = np.asarray(strata, dtype=object)
+        for stratum in sorted(set(strata)):
+            members = np.flatnonzero(labels == stratum)
+            rows += [[int(members[i]) for i in row] for row in _best_fit_decreasing(lengths[members], capacity)]
+    order = np.random.default_rng(seed).permutation(len(rows))
+    return [rows[i] for i in order]
+
+
+def _best_fit_decreasing(lengths: np.ndarray, capacity: int) -> list[list[int]]:
     rows: list[list[int]] = []
     has_room = np.zeros(capacity + 1, dtype=bool)  # has_room[r]: some open row has exactly r tokens free
     rows_with_room: list[list[int]] = [[] for _ in range(capacity + 1)]
@@ -62,8 +80,7 @@ def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int, seed: int) -> 
         if left > 0:
             rows_with_room[left].append(row)
             has_room[left] = True
-    order = np.random.default_rng(seed).permutation(len(rows))
-    return [rows[i] for i in order]
+    return rows
 
 
 class PackedSequences:
@@ -72,11 +89,14 @@ class PackedSequences:
     The wrapped dataset has `__len__`, `__getitem__(i) -> {"input_ids", "labels"}` (labels of the
     current epoch), `lengths()` (every sequence's token count) and `set_epoch(epoch)`, forwarded
     here so per-epoch labels follow the Trainer's epochs. Rows are packed once, from the lengths:
-    labels may change between epochs, lengths never do."""
+    labels may change between epochs, lengths never do. `by_stratum`, over a dataset with `strata()` (one per
+    sequence): rows of one stratum each, which `row_strata` names per row (all "" otherwise)."""
 
-    def __init__(self, sequences, max_length: int, seed: int):
+    def __init__(self, sequences, max_length: int, seed: int, by_stratum: bool = False):
         self.sequences = sequences
-        self.rows = pack_rows(sequences.lengths(), max_length, seed)
+        strata = sequences.strata() if by_stratum and hasattr(sequences, "strata") else None
+        self.rows = pack_rows(sequences.lengths(), max_length, seed, strata)
+        self.row_strata = [strata[row[0]] if strata is not None else "" for row in self.rows]
 
     def __len__(self) -> int:
         return len(self.rows)

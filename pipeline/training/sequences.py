@@ -95,6 +95,10 @@ class TokenSequence:
     # Turns whose observation this sequence holds (empty for a world-knowledge document).
     turn_indices: list[int] = field(default_factory=list)
     spans: list[MaskSpan] = field(default_factory=list)
+    # The part of the pool it stands for (CPT and SFT: the environment's domain, or "world_knowledge"). Under
+    # `row_order: stratified` rows are packed within one stratum and ordered so every stretch of an epoch holds
+    # each in its share (pipeline/training/row_order.py). "" where nobody said.
+    stratum: str = ""
 
     def labels_at(self, epoch: int) -> list[int]:
         return epoch_labels(self.labels, self.spans, epoch)
@@ -346,6 +350,7 @@ def sequence_schema():
             ("source", pa.string()),
             ("kind", pa.string()),
             ("turn_indices", pa.list_(pa.int32())),
+            ("stratum", pa.string()),
         ]
     )
 
@@ -356,7 +361,8 @@ class SequenceWriter:
 
     Columns: `input_ids`; `labels`, every label any epoch may use; `mask_start`, `mask_end`,
     `mask_keep`, `mask_seed`, one entry per `MaskSpan` (empty lists where the labels are fixed:
-    held-out windows, world knowledge, SFT); `source`, `kind`, `turn_indices` for inspection."""
+    held-out windows, world knowledge, SFT); `source`, `kind`, `turn_indices` for inspection; `stratum`, what
+    the row order balances (pipeline/training/row_order.py)."""
 
     def __init__(self, path: Path, rows_per_group: int = 1024):
         import pyarrow.parquet as pq
@@ -388,6 +394,7 @@ class SequenceWriter:
             "source": [s.source for s in self.pending],
             "kind": [s.kind for s in self.pending],
             "turn_indices": [s.turn_indices for s in self.pending],
+            "stratum": [s.stratum for s in self.pending],
         }
         self.writer.write_table(pa.table(columns, schema=self.schema))
         self.pending = []
@@ -413,7 +420,15 @@ def read_sequences(path: Path, batch_rows: int = 1024):
         for row in batch.to_pylist():
             masks = (row[column] for column in ParquetSequences.MASK_COLUMNS)
             spans = [MaskSpan(*fields) for fields in zip(*masks, strict=True)]
-            yield TokenSequence(row["input_ids"], row["labels"], row["source"], row["kind"], row["turn_indices"], spans)
+            yield TokenSequence(
+                row["input_ids"],
+                row["labels"],
+                row["source"],
+                row["kind"],
+                row["turn_indices"],
+                spans,
+                row.get("stratum") or "",
+            )
 
 
 class ParquetSequences:
@@ -428,6 +443,7 @@ class ParquetSequences:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        self.paths = list(paths)
         columns = ["input_ids", "labels", *self.MASK_COLUMNS]
         tables = [pq.read_table(p, columns=columns, memory_map=True) for p in paths]
         self.table = pa.concat_tables(tables) if tables else sequence_schema().empty_table().select(columns)
@@ -440,6 +456,18 @@ class ParquetSequences:
         import pyarrow.compute as pc
 
         return pc.list_value_length(self.table.column("input_ids")).to_numpy().astype(np.int64)
+
+    def strata(self) -> list[str]:
+        """Every row's stratum ("" for files written before the column existed)."""
+        import pyarrow.parquet as pq
+
+        strata: list[str] = []
+        for path in self.paths:
+            if "stratum" in pq.read_schema(path).names:
+                strata += [value or "" for value in pq.read_table(path, columns=["stratum"]).column(0).to_pylist()]
+            else:
+                strata += [""] * pq.read_metadata(path).num_rows
+        return strata
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)

@@ -7,8 +7,10 @@ name its fault hook answers to. `train`:
 1. loads the tokenizer and the base model (ChatML tokens added where missing) with the attention
    path packed rows need (`packed_attention_implementation`), and makes its forward return the
    summed token loss instead of logits (pipeline/training/token_loss.py);
-2. packs the sequences into rows of `max_length` tokens (pipeline/training/packing.py); the batch
-   is `tokens_per_step` tokens, `micro_batch_rows` rows per device per forward pass;
+2. packs the sequences into rows of `max_length` tokens (pipeline/training/packing.py), each row within
+   one stratum under `row_order: stratified`, and trains them in the order `row_order` says
+   (pipeline/training/row_order.py); the batch is `tokens_per_step` tokens, `micro_batch_rows` rows per
+   device per forward pass;
 3. resumes from the newest complete checkpoint in `job.trainer_dir` if there is one (checkpoints
    appear whole or not at all: pipeline/training/checkpoints.py); one already at `max_steps` is
    loaded without another step (`finish_without_training`);
@@ -61,6 +63,7 @@ from pipeline.training.models import (
     packed_attention_implementation,
 )
 from pipeline.training.packing import PackedCollator, PackedSequences
+from pipeline.training.row_order import StratifiedRowSampler
 from pipeline.training.sequences import ParquetSequences
 from pipeline.training.tiny_model import IM_END
 from pipeline.training.token_loss import install_token_loss, resolve_loss_implementation
@@ -152,11 +155,18 @@ def _packed_trainer_class():
         # compute_loss already divides by the whole step's label count (see there).
         loss_is_scaled_for_ga = True
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args, row_order: str = "shuffled", **kwargs):
+            self.row_order = row_order
             super().__init__(*args, **kwargs)
             # The Trainer counts a step's labels (`shift_labels` != -100, summed over its micro-batches and
             # gathered from every device) only for models it believes normalise by that count; ours does.
             self.model_accepts_loss_kwargs = True
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            if self.row_order == "stratified" and isinstance(dataset, PackedSequences):
+                return StratifiedRowSampler(dataset.row_strata, self.args.data_seed)
+            return super()._get_train_sampler(train_dataset)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             outputs = model(**inputs)
@@ -271,7 +281,10 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     tokenizer, added = load_tokenizer_with_chatml(config, job.base_ref)
     resume = resume_checkpoint(job.trainer_dir)
     resumed_from = checkpoint_step(resume)
-    train_rows = PackedSequences(ParquetSequences(list(job.train_files)), settings.max_length, settings.seed)
+    stratified = settings.row_order == "stratified"
+    train_rows = PackedSequences(
+        ParquetSequences(list(job.train_files)), settings.max_length, settings.seed, by_stratum=stratified
+    )
     eval_width = job.eval_max_length or settings.max_length
     held_out = PackedSequences(ParquetSequences(list(job.eval_files)), eval_width, settings.seed)
     devices = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun / accelerate launch
@@ -311,6 +324,7 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
         advance(resumed_from or 0)
         start, masks, callbacks = _callbacks(config, job, advance, train_rows)
         trainer = _packed_trainer_class()(
+            row_order=settings.row_order,
             model=model,
             args=args,
             train_dataset=train_rows,
