@@ -165,7 +165,8 @@ def _packed_trainer_class():
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
             if self.row_order == "stratified" and isinstance(dataset, PackedSequences):
-                return StratifiedRowSampler(dataset.row_strata, self.args.data_seed)
+                seed = self.args.seed if self.args.data_seed is None else self.args.data_seed
+                return StratifiedRowSampler(dataset.row_strata, seed)
             return super()._get_train_sampler(train_dataset)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
