@@ -50,10 +50,10 @@ def pack_rows(
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) and (too_long := int(lengths.max())) > capacity:
         raise ValueError(f"a sequence of {too_long} tokens does not fit in a row of {capacity}")
-    rows: list[list[int]] = []
     if strata is None:
         rows = _best_fit_decreasing(lengths, capacity)
     else:
+        rows = []
         labels = np.asarray(strata, dtype=object)
         for stratum in sorted(set(strata)):
             members = np.flatnonzero(labels == stratum)
