@@ -31,6 +31,12 @@ def test_the_budgets_are_the_configs_scaled_and_a_budget_set_by_the_user_is_take
     demo = load_config(DEMO)
     values = _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["cpt.max_steps=2", "model.base=null"]))
     assert values["cpt.max_steps"] == "2"  # the user's
+    # Two rows a step where the demo trains one (chosen on the validation pool over three seeds); the user's if given.
+    assert values["cpt.tokens_per_step"] == str(2 * demo.cpt.tokens_per_step) == "2048"
+    assert (
+        _values(learning.bench_overrides(DEMO, tmp_path / "ws", ["cpt.tokens_per_step=1024"]))["cpt.tokens_per_step"]
+        == "1024"
+    )
     # CPT's arithmetic is the model's (float32 on a CPU), where the demo's CPT runs in bf16 where the CPU has it.
     assert demo.cpt.mixed_precision == "native-bf16" and values["cpt.mixed_precision"] == "null"
     assert (
