@@ -63,7 +63,10 @@ beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6); 30 min 58
 default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6); 40 min 29 s in a fresh clone of
 2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8); 28 min 49 s in a fresh clone of
 d575a45 (packed rows attended per sequence, RL's LM head on its completions only: every number the same to the
-digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6).
+digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6). With CPT at two
+rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16 (CPT 37 s a step), a
+test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18): on such a host `make learn` sits at its 90
+minutes.
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
