@@ -34,8 +34,8 @@ Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fi
   (RL_PROMPTS_PER_STEP: rl.gradient_accumulation_steps and rl.steps_per_generation 4, rl.max_steps divided by 4),
   rl.learning_rate x3; and 32 validation targets (VALIDATION_TARGETS; the demo asks 24) with answers of up to
   200 tokens (FIXED; the demo caps its 24 at 128).
-On the demo config: 32 CPT steps of 2,048 tokens (64 rows, 0.26 of an epoch); 18 SFT steps of 1,024 tokens on up to 192 queries (the
-direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
+On the demo config: 32 CPT steps of 2,048 tokens (64 rows, 0.26 of an epoch); 18 SFT steps of 1,024 tokens on up
+to 192 queries (the direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
 its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]; from 94da898's SFT checkpoint
@@ -49,9 +49,9 @@ evaluated (`evaluate.checkpoints=newest`, where the demo evaluates the shipped o
 
 How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from unit costs measured on
 2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
-750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 12 min (2 rows a step; 18-21
-on the Zen 1 host of 2026-12-06) and its two validation passes (32 answers each) 5 min; sft 6 min and a validation pass 2.5 min; rl 20-25 min (48 steps of 4
-completions), its reward on its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models
+750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 12 min (2 rows a
+step; 18-21 on the Zen 1 host of 2026-12-06) and its two validation passes (32 answers each) 5 min; sft 6 min and a
+validation pass 2.5 min; rl 20-25 min (48 steps of 4 completions), its reward on its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models
 x 100 targets (text games' prompts are shorter than the demo's average) plus the free retrieval baseline: 15-35 min;
 export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
 47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it; 37 min 43 s
@@ -63,8 +63,8 @@ beside it for its first 16 minutes (cpt 16, sft 7, rl 16, evaluate 6); 30 min 58
 default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6); 40 min 29 s in a fresh clone of
 2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8); 28 min 49 s in a fresh clone of
 d575a45 (packed rows attended per sequence, RL's LM head on its completions only: every number the same to the
-digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6). With CPT at two
-rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16 (CPT 37 s a step), a
+digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6).
+With CPT at two rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16 (CPT 37 s a step), a
 test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18): on such a host `make learn` sits at its 90
 minutes.
 
@@ -114,9 +114,9 @@ ITEMS_PER_PATH = 51
 BUDGETS = (
     # cpt.max_steps: the demo's 32 steps (x1); 64 steps of one row moved the validation score 43.9 -> 43.4 (2026-12-03,
     # docs/performance.md). Two rows a step, the same 32 steps: the demo's 57 validation targets scored 46.6 / 45.4 /
-    # 43.4 at seeds 0 / 1 / 2 against one row's 46.0 / 34.9 / 42.1, so the seed's draw of 0.13 of an epoch no longer
-    # decides CPT's outcome (2026-12-06, the rule written before the third seed: a mean 2 points above and a lowest
-    # seed not below one row's). The step costs twice the time, which make learn's 90 minutes hold.
+    # 43.4 at seeds 0 / 1 / 2 against one row's 46.0 / 34.9 / 42.1: the seeds within 3.2 points where one row's spread
+    # over 11.1 (2026-12-06, the rule written before the third seed: a mean 2 points above and a lowest seed not below
+    # one row's). The step costs twice the time: on a Zen 1 host without bf16 `make learn` then sits at its 90 minutes.
     ("cpt", "tokens_per_step", 2),
     ("sft", "max_queries", 3),
     ("sft", "max_steps", 3),
