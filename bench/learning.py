@@ -35,8 +35,8 @@ Budgets, read from the config and scaled (BUDGETS); a `--set` of one of these fi
   rl.learning_rate x3; and 32 validation targets (VALIDATION_TARGETS; the demo asks 24) with answers of up to
   200 tokens (FIXED; the demo caps its 24 at 128).
 On the demo config: 32 CPT steps of 2,048 tokens (64 rows, 0.26 of an epoch); 18 SFT steps of 1,024 tokens on up
-to 192 queries (the direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4 prompts (a group of
-4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
+to 192 queries (the direct format: the real observations, nothing generated); 12 GSPO steps on 24 prompts, 4
+prompts (a group of 4 completions each) a step, so each prompt is trained on twice; 32 validation targets. RL's budget was chosen on the
 validation pool (2026-12-03, docs/performance.md): from the same SFT checkpoint, 24 steps of groups of 2 moved
 its validation score +2.2 [-1.5, +6.4], 48 steps of groups of 4 +8.2 [+1.5, +16.8]; from 94da898's SFT checkpoint
 48 steps of one group moved it -2.1 [-6.0, +1.7], 24 of one -3.1 [-6.8, +0.4], and 12 steps of 4 groups (the same 48
@@ -51,9 +51,9 @@ How long, estimated for 2 idle cores and SmolLM2-135M-Instruct in float32 from u
 2026-12-02 (the demo's stages: an optimizer step of 1,024 tokens about 11 s, a greedy answer about 4.5 s at
 750-token prompts, most of it prefill; a GSPO step 20-30 s): ingest to split 1 min; cpt 12 min (2 rows a
 step; 18-21 on the Zen 1 host of 2026-12-06) and its two validation passes (32 answers each) 5 min; sft 6 min and a
-validation pass 2.5 min; rl 20-25 min (48 steps of 4 completions), its reward on its 24 prompts before and after 2 min and a validation pass 2.5 min; evaluate, 4 models
-x 100 targets (text games' prompts are shorter than the demo's average) plus the free retrieval baseline: 15-35 min;
-export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
+validation pass 2.5 min; rl 20-25 min (48 steps of 4 completions), its reward on its 24 prompts before and after
+2 min and a validation pass 2.5 min; evaluate, 4 models x 100 targets (text games' prompts are shorter than the
+demo's average) plus the free retrieval baseline: 15-35 min; export under 1 min. Measured end to end (docs/performance.md): 35 min 15 s on 2026-12-02 with RL's 24 steps of 2;
 47 min 26 s on 2026-12-03 with its 48 steps of 4 (rl 22 min), two other experiments running beside it; 37 min 43 s
 at cc30809 in a copy of that run's workspace, its base and cpt answers found in the LLM cache (cpt 10 min, sft 4, rl 18,
 evaluate 6); 34 min 27 s at 94da898 in a copy of that one, its base answers cached (cpt 13, sft 3.5, rl 14, evaluate
@@ -64,9 +64,9 @@ default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6)
 2f7780d, float32 again, a test run beside its CPT (cpt 8, sft 3.5, rl 19.7, evaluate 8); 28 min 49 s in a fresh clone of
 d575a45 (packed rows attended per sequence, RL's LM head on its completions only: every number the same to the
 digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6).
-With CPT at two rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16 (CPT 37 s a step), a
-test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18): on such a host `make learn` sits at its 90
-minutes.
+With CPT at two rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16
+(CPT 37 s a step), a test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18): on such a host
+`make learn` sits at its 90 minutes.
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
