@@ -397,7 +397,7 @@ def prepare(config, store) -> Plan:
     if not plan.done:
         tokenizer, _ = shared_trainer.load_tokenizer_with_chatml(config, plan.base_ref)
         _build_sequences(config, plan, tokenizer)
-        validation.write_targets(plan.output_dir, validation.choose(store, config))
+        validation.write_targets(plan.output_dir, validation.choose(store, config, plan.snapshot_dir))
         validation.check_budget(
             config, tokenizer, validation.read_queries(config, plan.output_dir, plan.snapshot_dir), 0
         )

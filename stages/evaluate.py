@@ -68,7 +68,7 @@ from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import code_version
 from pipeline.progress import progress_bar
 from pipeline.sft.judging import CRITERIA
-from pipeline.sft.queries import Query, choose_targets, load_queries
+from pipeline.sft.queries import Query, choose_targets, content_key, distinct_queries
 from pipeline.sft.sampling import digest
 from pipeline.stage import StageResult
 from pipeline.store.snapshot import export_snapshot, pool_size, pools_fingerprint
@@ -135,15 +135,7 @@ def _eval_targets(store) -> list[tuple[str, int]]:
 
 def _query_digest(query: Query) -> str:
     """What the model is shown and scored against (not the history's scores, which only CPT uses)."""
-    shown = (
-        query.query_id,
-        query.domain,
-        repr(query.system),
-        [(t.action, t.observation) for t in query.history],
-        query.action,
-        query.reference,
-    )
-    return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
+    return hashlib.sha256(json.dumps((query.query_id, content_key(query))).encode()).hexdigest()
 
 
 def _eval_set_fingerprint(config, store, queries: list[Query], items: dict[str, BenchmarkItem]) -> str:
@@ -172,10 +164,11 @@ def _eval_set_fingerprint(config, store, queries: list[Query], items: dict[str, 
     return digest("eval-set", [_query_digest(q) for q in queries], own, asked, measured)
 
 
-def _pool_queries(config, store, snapshot_dir: Path) -> list[Query]:
+def _pool_queries(config, store, snapshot_dir: Path) -> tuple[list[Query], int]:
+    """`max_queries` distinct queries of the eval pool in seeded rank order, and the repeats passed over."""
     evaluate = config.evaluate
-    chosen = choose_targets(_eval_targets(store), evaluate.max_queries, evaluate.seed)
-    return load_queries(snapshot_dir, "eval", chosen, evaluate.max_history_chars)
+    ranked = choose_targets(_eval_targets(store), None, evaluate.seed)
+    return distinct_queries(snapshot_dir, "eval", ranked, evaluate.max_queries, evaluate.max_history_chars)
 
 
 def _benchmark_items(config, data: list[str]) -> tuple[list[BenchmarkItem], dict[str, int], str]:
@@ -190,20 +183,22 @@ def _benchmark_items(config, data: list[str]) -> tuple[list[BenchmarkItem], dict
         "records_read": read.records_read,
         "records_failed": read.records_failed,
         "duplicates": read.duplicates,
-        "items_read": len(read.items) + read.capped,
+        "items_read": len(read.items) + read.capped + read.repeats,
         "items": len(read.items),
+        "repeats": read.repeats,
         "targets_designated": read.designated,
         "targets_every_turn": read.every_turn,
     }
     budget = (
-        f"; {len(read.items)} of {len(read.items) + read.capped} kept, at most {benchmark.max_items_per_path} a "
+        f"; {len(read.items)} of {len(read.items) + read.capped + read.repeats} kept, at most {benchmark.max_items_per_path} a "
         f"path (seed {config.evaluate.seed})"
         if benchmark.max_items_per_path is not None
         else ""
     )
     name = (
         f"{', '.join(data)} ({read.records_read} records, {read.records_failed} failed to parse, {read.duplicates} "
-        f"duplicates; targets: {read.designated} designated, {read.every_turn} of trajectories designating none"
+        f"duplicates, {read.repeats} items repeating another's query; targets: {read.designated} designated, "
+        f"{read.every_turn} of trajectories designating none"
         f"{budget})"
     )
     if not read.items:
@@ -222,20 +217,22 @@ def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path
     snapshot = export_snapshot(store, snapshot_dir / pools.replace(":", "-"), ("cpt", "eval"))
     items: dict[str, BenchmarkItem] = {}
     counts: dict[str, int] = {}
+    repeats = 0
     if data:
         read, counts, name = _benchmark_items(config, data)
         items = {item.query.query_id: item for item in read}
         queries = [item.query for item in read]
     else:
-        queries = _pool_queries(config, store, snapshot)
+        queries, repeats = _pool_queries(config, store, snapshot)
         name = EVAL_POOL
         if not queries:
             raise EvaluationInputError(
                 "no target turns to evaluate in the eval pool (run `simulacra split`, with an eval share)"
             )
     seen = seen_in_training(store, queries)
+    passed_over = f"; {repeats} repeating another's query passed over" if repeats else ""
     eval_set = EvalSet(
-        f"{name}, {len(queries)} target turns ({len(seen)} seen in training)",
+        f"{name}, {len(queries)} target turns ({len(seen)} seen in training{passed_over})",
         queries,
         _eval_set_fingerprint(config, store, queries, items),
         seen,

@@ -349,7 +349,7 @@ def prepare(config, store) -> Plan:
     plan = _plan(config, store)
     if not plan.done:
         prompts = _prompts(config, store, plan)
-        validation.write_targets(plan.output_dir, validation.choose(store, config))
+        validation.write_targets(plan.output_dir, validation.choose(store, config, plan.snapshot_dir))
         _check_budgets(
             config,
             plan,

@@ -437,7 +437,7 @@ def prepare(config, store) -> Plan:
             f"none of the {kept} kept samples fits in sft.max_length ({sft.max_length} tokens) even without history: "
             "raise sft.max_length"
         )
-    targets = validation.choose(store, config)
+    targets = validation.choose(store, config, plan.snapshot_dir)
     validation.write_targets(plan.output_dir, targets)
     validation.check_budget(
         config,

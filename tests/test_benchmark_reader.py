@@ -174,3 +174,39 @@ def test_the_eval_set_says_how_many_items_were_read_and_how_many_kept(tmp_path):
     items, counts, name = _benchmark_items(config, _paths_of(tmp_path, {"big": 30, "small": 4}))
     assert (len(items), counts["items"], counts["items_read"]) == (14, 14, 34)
     assert name.endswith("14 of 34 kept, at most 10 a path (seed 3))")
+
+
+def _opening_alike(tmp_path, runs: int) -> str:
+    """`runs` runs of one task that ask the same first command and get the same answer, then part ways."""
+    rows = [_trajectory([("ls", "a b", {}), (f"cat run{run}", f"contents of run {run}", {})]) for run in range(runs)]
+    return _write_jsonl(tmp_path / "alike.jsonl", rows)
+
+
+def test_runs_that_open_alike_ask_their_shared_query_once(tmp_path):
+    read = read_benchmark([_opening_alike(tmp_path, 3)], "benchmark_target", None)
+    asked = [(item.query.action, item.query.reference) for item in read.items]
+    assert asked.count(("ls", "a b")) == 1 and len(asked) == 4  # one `ls` and each run's own `cat`
+    assert (read.repeats, read.duplicates, read.capped) == (2, 0, 0)
+
+
+def test_a_repeat_passed_over_gives_its_place_to_the_next_in_order(tmp_path):
+    path = _opening_alike(tmp_path, 6)  # 12 items, 7 distinct queries
+    for budget in (3, 5, 7):
+        read = read_benchmark([path], "benchmark_target", None, budget, seed=0)
+        contents = [(item.query.action, item.query.reference) for item in read.items]
+        assert len(contents) == budget and len(set(contents)) == budget
+        assert len(read.items) + read.capped + read.repeats == 12  # every item read is accounted for
+    # A repeat of an item an earlier path kept is passed over too.
+    again = _write_jsonl(tmp_path / "again.jsonl", [_trajectory([("ls", "a b", {})])])
+    read = read_benchmark([path, again], "benchmark_target", None)
+    assert (len(read.items), read.repeats) == (7, 6)
+
+
+def test_the_eval_set_counts_the_repeats_it_passed_over(tmp_path):
+    from pipeline.config import load_config
+    from stages.evaluate import _benchmark_items
+
+    config = load_config(None, [{"evaluate": {"seed": 3}}])
+    items, counts, name = _benchmark_items(config, [_opening_alike(tmp_path, 3)])
+    assert (len(items), counts["repeats"], counts["items_read"]) == (4, 2, 6)
+    assert "2 items repeating another's query" in name

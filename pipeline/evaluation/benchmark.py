@@ -15,6 +15,10 @@ and nothing touches the workspace's store, so evaluating a benchmark is one step
   the most recent whole turns within it); each item reports how many turns it left out.
 - Records that do not parse are counted with their reason (the first few are shown), not quarantined:
   there is no store to quarantine them in. Rows repeating an item already read count as duplicates.
+- Repeats: runs of one task often open alike, so two items of different rows can ask one query (the same
+  system prompt, history, action and observation). Each query is asked once: in each path's seeded order,
+  an item repeating one already taken (of this path or an earlier one) is passed over and counted
+  (`repeats`), and the next in order takes its place, so a budget still keeps that many distinct items.
 - A budget, when asked (`max_items_per_path`): each `--data` path (a file, or a folder's files together)
   keeps at most that many of its items, a seeded choice ranked as SFT's queries are (`choose_targets`), so
   a rerun keeps the same items and a larger budget a superset; every path keeps its share, so one large
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
-from pipeline.sft.queries import Query, choose_targets, query_at
+from pipeline.sft.queries import Query, choose_targets, content_key, query_at
 from pipeline.store.schema import THOUGHT, RecordError, ScoredTurn, Trajectory
 
 FAILURES_SHOWN = 5
@@ -48,6 +52,7 @@ class BenchmarkRead:
     designated: int = 0  # targets designated by the data (read, before the budget)
     every_turn: int = 0  # targets of trajectories that designate none (read, before the budget)
     capped: int = 0  # items read but left out by `max_items_per_path`
+    repeats: int = 0  # items passed over for asking the query of an item already taken
     failures: list[str] = field(default_factory=list)  # "location: reason", the first few
 
     def fail(self, location: str, reason: str) -> None:
@@ -148,10 +153,30 @@ def _items(
             )
 
 
-def chosen_items(items: list[BenchmarkItem], limit: int | None, seed: int) -> list[BenchmarkItem]:
-    """The seeded choice of `limit` items (all when None), in reading order."""
-    chosen = set(choose_targets([(item.query.trajectory_id, item.query.turn_index) for item in items], limit, seed))
-    return [item for item in items if (item.query.trajectory_id, item.query.turn_index) in chosen]
+def _asked(item: BenchmarkItem) -> str:
+    """What a model is asked and scored on: the query's content, the row's own system prompt and marker."""
+    return f"{content_key(item.query)}:{item.system_prompt!r}:{item.response_marker!r}"
+
+
+def chosen_items(
+    items: list[BenchmarkItem], limit: int | None, seed: int, taken: set[str] | None = None
+) -> tuple[list[BenchmarkItem], int]:
+    """The seeded choice of `limit` items (all when None) that repeat no query in `taken` nor one chosen
+    before them, in reading order, and how many repeats were passed over. `taken` gains the chosen."""
+    taken = set() if taken is None else taken
+    by_target = {(item.query.trajectory_id, item.query.turn_index): item for item in items}
+    chosen: set[tuple[str, int]] = set()
+    repeats = 0
+    for target in choose_targets(by_target, None, seed):
+        if limit is not None and len(chosen) == limit:
+            break
+        asked = _asked(by_target[target])
+        if asked in taken:
+            repeats += 1
+            continue
+        taken.add(asked)
+        chosen.add(target)
+    return [item for item in items if (item.query.trajectory_id, item.query.turn_index) in chosen], repeats
 
 
 def read_benchmark(
@@ -163,11 +188,13 @@ def read_benchmark(
 ) -> BenchmarkRead:
     read = BenchmarkRead()
     seen: set[str] = set()
+    taken: set[str] = set()
     for name in paths:
         items = [item for path in _files([name]) for item in _items(path, target_field, max_history_chars, read, seen)]
-        kept = chosen_items(items, max_items_per_path, seed)
+        kept, repeats = chosen_items(items, max_items_per_path, seed, taken)
         read.items += kept
-        read.capped += len(items) - len(kept)
+        read.repeats += repeats
+        read.capped += len(items) - len(kept) - repeats
     return read
 
 

@@ -5,9 +5,15 @@ fit in `max_history_chars` (actions and observations counted), so a generator an
 sample see the same context. Which queries a run samples is a seeded choice: ranked by
 blake2b(seed:query_id), smallest first, so a budget takes the same queries at every run and a
 larger budget takes a superset.
+
+Runs of one task often open alike (three runs of a tool-call task make the same first calls and get
+the same answers), so two target turns can be one query: the same system prompt, history, action and
+observation. A measuring set (the validation targets, the eval pool) asks each query once
+(`distinct_queries`): a repeat would count one answer twice and narrow its interval for nothing.
 """
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +61,42 @@ def choose_targets(targets: Iterable[tuple[str, int]], limit: int | None, seed: 
     """The seeded choice of `limit` targets (all when None), in rank order."""
     ranked = sorted(targets, key=lambda target: (query_rank(seed, query_id(*target)), target))
     return ranked if limit is None else ranked[:limit]
+
+
+def content_key(query: Query) -> str:
+    """What the model is shown and scored against, whatever trajectory the turn came from."""
+    shown = (
+        query.domain,
+        repr(query.system),
+        [(turn.action, turn.observation) for turn in query.history],
+        query.action,
+        query.reference,
+    )
+    return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
+
+
+def distinct_queries(
+    snapshot_dir: Path, pool: str, ranked: list[tuple[str, int]], limit: int | None, max_history_chars: int
+) -> tuple[list[Query], int]:
+    """The first `limit` queries of `ranked` (all when None) that repeat no earlier one's content, in rank
+    order, and how many repeats were passed over on the way. A repeat's place goes to the next in rank, so
+    a budget still asks `limit` queries where the pool has them; only as many are loaded as that takes."""
+    chosen: list[Query] = []
+    keys: set[str] = set()
+    repeats = 0
+    start = 0
+    wanted = len(ranked) if limit is None else limit
+    while len(chosen) < wanted and start < len(ranked):
+        batch = ranked[start : start + wanted - len(chosen)]
+        start += len(batch)
+        for query in load_queries(snapshot_dir, pool, batch, max_history_chars):
+            key = content_key(query)
+            if key in keys:
+                repeats += 1
+                continue
+            keys.add(key)
+            chosen.append(query)
+    return chosen, repeats
 
 
 def kept_history(earlier: list[ScoredTurn], max_chars: int) -> tuple[tuple[ScoredTurn, ...], int]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.evaluation.intervals import bootstrap_mean, change_words, paired_by_key
 from pipeline.prompts.answer_format import AnswerFormat, answer_format
-from pipeline.sft.queries import Query, chat_messages, choose_targets, load_queries
+from pipeline.sft.queries import Query, chat_messages, choose_targets, distinct_queries, load_queries
 from pipeline.store.atomic_files import write_text_atomic
 
 POOL = "val"
@@ -39,14 +39,17 @@ SCORES_FILE = "validation_scores.json"  # per target: the trained model's score 
 NOT_ANSWERED = ("generation_failed",)
 
 
-def choose(store, config) -> list[tuple[str, int]]:
-    """The seeded validation targets, the same for every stage of one split."""
+def choose(store, config, snapshot_dir: Path) -> list[tuple[str, int]]:
+    """The seeded validation targets, the same for every stage of one split: `max_queries` distinct
+    queries (pipeline/sft/queries.py `distinct_queries`), a repeat's place taken by the next in rank."""
     from pipeline.store.snapshot import target_turns
 
     validation = config.validation
     if not validation.max_queries:
         return []
-    return choose_targets(target_turns(store, POOL), validation.max_queries, validation.seed)
+    ranked = choose_targets(target_turns(store, POOL), None, validation.seed)
+    queries, _ = distinct_queries(snapshot_dir, POOL, ranked, validation.max_queries, validation.max_history_chars)
+    return [(query.trajectory_id, query.turn_index) for query in queries]
 
 
 def write_targets(output_dir: Path, targets: Sequence[tuple[str, int]]) -> None:
