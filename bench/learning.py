@@ -65,8 +65,8 @@ default was bf16 autocast, since dropped (cpt 8.5, sft 4.7, rl 10.9, evaluate 6)
 d575a45 (packed rows attended per sequence, RL's LM head on its completions only: every number the same to the
 digit) on an AVX2-only host, a test suite beside it for its first minute (cpt 6.7, sft 3.1, rl 12.6, evaluate 6).
 With CPT at two rows a step: 103 min 48 s in a fresh clone of 9a42812 on 2026-12-06 on a Zen 1 host without bf16
-(CPT 37 s a step), a test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18): on such a host
-`make learn` sits at its 90 minutes.
+(CPT 37 s a step), a test suite beside it for 23 minutes (cpt 24, sft 15.5, rl 45, evaluate 18); 81 min 6 s in a
+fresh clone of d89741f on the same host with nothing beside it (cpt 21, sft 7, rl 36, evaluate 16), within its 90.
 
 What it prints, and writes to `<workspace>.json`:
 - the overall table, and every model against the base model and the retrieval baseline (difference, ratio);
@@ -116,7 +116,7 @@ BUDGETS = (
     # docs/performance.md). Two rows a step, the same 32 steps: the demo's 57 validation targets scored 46.6 / 45.4 /
     # 43.4 at seeds 0 / 1 / 2 against one row's 46.0 / 34.9 / 42.1: the seeds within 3.2 points where one row's spread
     # over 11.1 (2026-12-06, the rule written before the third seed: a mean 2 points above and a lowest seed not below
-    # one row's). The step costs twice the time: on a Zen 1 host without bf16 `make learn` then sits at its 90 minutes.
+    # one row's). The step costs twice the time: `make learn` took 81 of its 90 minutes on a Zen 1 host (no bf16).
     ("cpt", "tokens_per_step", 2),
     ("sft", "max_queries", 3),
     ("sft", "max_steps", 3),
