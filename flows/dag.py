@@ -27,6 +27,7 @@ from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
 from flows.concurrency import gpu_slot
 from pipeline.config import SimulacraConfig, load_config, parse_override
 from pipeline.config.orchestration import GPU_POOL_STAGES, OPTIONAL_STAGES, STAGE_ORDER
+from pipeline.errors import full_disk
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
 from pipeline.store import stage_runs
@@ -157,7 +158,8 @@ def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutc
         try:
             outcomes.append(_run_one(config, name))
         except Exception as exc:
-            raise StageFailed(f"stage {name!r} failed: {exc}", outcomes) from exc
+            reason = full_disk(exc, config.workspace.root) or exc
+            raise StageFailed(f"stage {name!r} failed: {reason}", outcomes) from exc
         pipeline_progress.report(100.0 * done / len(ordered), force=True)
     return outcomes
 

@@ -21,7 +21,14 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
-from pipeline.errors import INTERRUPTED, UserFixableError, interrupted, interrupts_received, watch_for_interrupts
+from pipeline.errors import (
+    INTERRUPTED,
+    UserFixableError,
+    full_disk,
+    interrupted,
+    interrupts_received,
+    watch_for_interrupts,
+)
 from pipeline.llm.batching import DRAFT_TOKENS  # the standard library only at import
 
 console = Console(stderr=True)
@@ -43,6 +50,10 @@ class Commands(TyperGroup):
         except BaseException as exc:
             if interrupted(exc) or interrupts_received() > before:
                 self._stop_interrupted(ctx)
+            # A full disk is the user's to fix too; what was committed before it stays, so the same command resumes.
+            full = None if isinstance(exc, UserFixableError) else full_disk(exc, _workspace_root())
+            if full is not None:
+                exc = UserFixableError(f"{full}, then rerun the same command to resume")
             if not isinstance(exc, UserFixableError):
                 raise
             console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), str(exc)), soft_wrap=True)
@@ -93,6 +104,13 @@ def _config() -> SimulacraConfig:
             console.print(f"[red]config error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     return _state["config"]
+
+
+def _workspace_root() -> Path:
+    """Where free space is measured when a write failed on a full disk: the workspace of the config the command
+    parsed, else the folder it runs in."""
+    config = _state.get("config")
+    return config.workspace.root if config is not None else Path.cwd()
 
 
 def _store(read_only: bool = False):

@@ -8,8 +8,11 @@ And ctrl-C, in whichever form it reaches the code (DuckDB reports one as its own
 into one line and status 130, and code that routes around DuckDB's refusals must let it through.
 """
 
+import errno
+import shutil
 import signal
 import threading
+from pathlib import Path
 
 # What the CLI prints after the command's name when ctrl-C stopped it.
 INTERRUPTED = "interrupted: rerun the same command to resume"
@@ -46,6 +49,43 @@ def _is_interrupt(exc: BaseException) -> bool:
     if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
         return True
     return type(exc).__module__.startswith(("duckdb", "_duckdb")) and "KeyboardInterrupt" in str(exc)
+
+
+# How a full disk reaches the code: Python's OSError (ENOSPC, or EDQUOT over a quota); DuckDB's IO error, which quotes
+# the OS's words; torch's checkpoint writer, whose short write says only "unexpected pos 693743040 vs 693742932" (seen
+# when a demo filled this machine's disk mid-CPT, 2026-12-06).
+_FULL_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "unexpected pos ")
+
+
+def full_disk(exc: BaseException, where: Path) -> str | None:
+    """One line naming the fix when a full disk (or quota) is what failed, anywhere in the exception's chain; None
+    otherwise. The free space is measured at the file that failed where the error names it, else at `where` (the
+    workspace), so the user sees how much to free and where."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno in _FULL_DISK_ERRNOS:
+            failed = current.filename2 or current.filename
+            return _full_disk_line(Path(failed) if isinstance(failed, str) else where)
+        if any(words in str(current) for words in _FULL_DISK_WORDS):
+            return _full_disk_line(where)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _full_disk_line(path: Path) -> str:
+    measured = next((folder for folder in (path, *path.parents) if folder.is_dir()), None)
+    free = f"{_size(shutil.disk_usage(measured).free)} free at {measured}" if measured else f"nothing found at {path}"
+    return f"a write failed because the disk is full or over its quota ({free}): free space there"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def watch_for_interrupts() -> None:

@@ -30,6 +30,8 @@ def share_bars(path: Path, title: str, shares: Mapping[str, Mapping[str, float]]
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        figure.savefig(path, dpi=100)
+    finally:  # a failed write (a full disk) must not leave the figure open in a long-lived process
+        plt.close(figure)
     return path

@@ -114,6 +114,54 @@ def test_a_user_fixable_problem_is_one_line_and_exit_2(tmp_path, before, command
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def plot_on_a_full_disk(workspace: Path) -> Path:
+    """Where score draws its plot, /dev/full: the device answers every write with ENOSPC, as a full disk does."""
+    plot = workspace / "runs" / "score" / "categories.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    plot.symlink_to("/dev/full")
+    return plot
+
+
+def test_a_full_disk_is_one_line_naming_the_fix_and_the_rerun_resumes(tmp_path):
+    for step in (["ingest", TERMINAL], ["filter"]):
+        assert simulacra(tmp_path, *step).exit_code == 0, step
+    plot = plot_on_a_full_disk(tmp_path)
+    result = simulacra(tmp_path, "score")
+    assert result.exit_code == 2 and result.stdout == ""
+    [printed] = result.stderr.splitlines()
+    assert printed.startswith("score: a write failed because the disk is full or over its quota (")
+    assert printed.endswith(f" free at {tmp_path}): free space there, then rerun the same command to resume")
+    plot.unlink()
+    assert simulacra(tmp_path, "score").exit_code == 0
+    assert plot.stat().st_size > 0
+
+
+# A real write to /dev/full through each writer the stages use, and how the error reaches the code.
+FULL_DISK_WRITES = {
+    "python": lambda path: path.write_text("x"),
+    "torch checkpoint": lambda path: __import__("torch").save({"w": __import__("torch").zeros(10_000)}, path),
+    "duckdb": lambda path: __import__("duckdb").connect().execute(f"COPY (SELECT 1) TO '{path}' (FORMAT csv)"),
+}
+
+
+@pytest.mark.parametrize("write", FULL_DISK_WRITES.values(), ids=FULL_DISK_WRITES.keys())
+def test_a_full_disk_is_recognised_from_each_writer_and_through_a_chain(tmp_path, write):
+    from pipeline.errors import full_disk
+
+    target = tmp_path / "out"
+    target.symlink_to("/dev/full")
+    with pytest.raises(Exception) as raised:
+        write(target)
+    line = full_disk(raised.value, tmp_path)
+    assert line is not None and f"free at {tmp_path})" in line
+    try:
+        raise RuntimeError("saving the checkpoint failed") from raised.value
+    except RuntimeError as wrapped:
+        assert full_disk(wrapped, tmp_path) == line
+    assert full_disk(FileNotFoundError(2, "No such file or directory", str(target)), tmp_path) is None
+    assert full_disk(RuntimeError("position 7 unexpected"), tmp_path) is None
+
+
 def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
     from stages import split
 

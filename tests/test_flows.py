@@ -195,6 +195,25 @@ def test_simulacra_run_reports_each_stage_and_fails_with_the_stage_named(tmp_pat
     assert unknown.exit_code == 2 and "judge" in unknown.output
 
 
+def test_a_stage_that_fills_the_disk_fails_with_the_fix_named_and_the_rerun_resumes_it(tmp_path):
+    """score's plot drawn onto /dev/full, which answers every write with ENOSPC, as a full disk does."""
+    config = write_config(tmp_path)
+    plot = tmp_path / "ws" / "runs" / "score" / "categories.png"
+    plot.parent.mkdir(parents=True)
+    plot.symlink_to("/dev/full")
+    runner = CliRunner()
+    failed = runner.invoke(app, ["run", "--config", str(config)])
+    assert failed.exit_code == 1
+    printed = " ".join(failed.output.split())
+    assert "stage 'score' failed: a write failed because the disk is full or over its quota (" in printed
+    assert f" free at {tmp_path / 'ws'}): free space there; rerun the same command to resume" in printed
+    plot.unlink()
+    resumed = runner.invoke(app, ["run", "--config", str(config)])
+    assert resumed.exit_code == 0, resumed.output
+    assert table_statuses(resumed.output) == {"ingest": "skipped", "filter": "skipped", "score": "ran", "split": "ran"}
+    assert executions(tmp_path)["score"] == ["failed", "completed"]
+
+
 # (stage, key the stage gave, key in the UI)
 KEYS = [
     ("ingest", "ingest-counts", "ingest-counts"),
