@@ -355,10 +355,12 @@ def openenv_serve(
     if domain not in DOMAINS:
         raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
     from pipeline.serving.episode import read_episode
+    from pipeline.serving.listening import listening_socket
     from pipeline.serving.openenv_preflight import probe_world_model, require_openenv
 
     # Every refusal before OpenEnv's import, which takes seconds (pipeline/serving/openenv_preflight.py).
     default = read_episode(episode) if episode is not None else None
+    sock = listening_socket(host, port)
     require_openenv()
     served = probe_world_model(
         world_model, domain, model=model, prompt_format=prompt_format, max_history_chars=max_history_chars
@@ -369,6 +371,7 @@ def openenv_serve(
         served,
         domain,
         default,
+        sock,
         host,
         port,
         max_sessions=max_sessions,

@@ -295,3 +295,17 @@ def test_without_openenv_the_command_names_the_extra(tmp_path):
     assert (
         completed.stderr.strip() == "openenv: OpenEnv is not installed (no module `openenv`): pip install '.[openenv]'"
     )
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_the_world_model_is_asked(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        completed = _command(["--domain", "terminal", "--port", str(port)], tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip() == (
+        f"openenv: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
+    )

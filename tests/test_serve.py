@@ -846,3 +846,27 @@ def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.strip().startswith(message), completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp_path):
+    """The port is held by a listening socket of this process: the command says so and stops at once, where it
+    used to load the model, print that it was serving, and exit with uvicorn's status 3."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        completed = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"},
+            timeout=120,
+        )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip() == (
+        f"serve: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
+    )
+    assert completed.stdout == ""  # nothing loaded, nothing announced

@@ -27,6 +27,7 @@ step before reset or after the end is an EXECUTION_ERROR naming the problem (400
 
 import functools
 import secrets
+import socket
 import uuid
 from typing import Any
 
@@ -242,8 +243,15 @@ def build_app(
 
 
 def serve(
-    served: ServedWorldModel, domain: str, episode: EpisodeSpec | None, host: str, port: int, **options: Any
+    served: ServedWorldModel,
+    domain: str,
+    episode: EpisodeSpec | None,
+    sock: socket.socket,
+    host: str,
+    port: int,
+    **options: Any,
 ) -> None:
+    """Serve on `sock`, bound to (host, port) before the command's slower refusals (pipeline/serving/listening.py)."""
     import uvicorn
 
     app = build_app(served, domain, episode, **options)
@@ -252,4 +260,4 @@ def serve(
         f"(WebSocket ws://{host}:{port}/ws)",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[sock])

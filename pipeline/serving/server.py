@@ -418,17 +418,15 @@ def serve(
 ) -> None:
     import uvicorn
 
+    from pipeline.serving.listening import listening_socket
     from pipeline.serving.world_model import WorldModel
 
+    sock = listening_socket(host, port)  # before the model loads: a port in use is refused at once
     model = WorldModel(model_dir, device)
     print(
         f"serving {model.name} ({model.format.name} format, answering {'/'.join(model.format.answer_formats)}, "
         f"context {model.context_length}) at http://{host}:{port}/v1",
         flush=True,
     )
-    uvicorn.run(
-        build_app(model, default_max_tokens, max_batch, max_body_bytes, draft_tokens),
-        host=host,
-        port=port,
-        log_level="warning",
-    )
+    app = build_app(model, default_max_tokens, max_batch, max_body_bytes, draft_tokens)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[sock])
