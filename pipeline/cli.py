@@ -286,16 +286,9 @@ def serve(
 ) -> None:
     """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
     /v1/models, /health."""
-    from pipeline.serving.export_folder import METADATA_FILE
+    from pipeline.serving.export_folder import read_metadata
 
-    if not (checkpoint / METADATA_FILE).is_file():
-        console.print(
-            f"[red]serve:[/red] {checkpoint} is not an exported world model (no {METADATA_FILE}): "
-            "run `simulacra export` and pass the folder it prints",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2)
+    read_metadata(checkpoint)  # not an export, or a damaged one: one line, before anything loads
     if engine == "vllm":
         from pipeline.serving.vllm_engine import run_vllm
 

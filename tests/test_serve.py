@@ -870,3 +870,49 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp
         f"serve: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
     )
     assert completed.stdout == ""  # nothing loaded, nothing announced
+
+
+def _no_record(folder: Path) -> str:
+    (folder / "simulacra.json").unlink()
+    return "{folder} is not an exported world model (no simulacra.json): run `simulacra export`"
+
+
+def _not_json(folder: Path) -> str:
+    (folder / "simulacra.json").write_text('{"model_name": "world-model-test", "prompt_fo')
+    return "{folder}/simulacra.json is not JSON (Unterminated string starting at: line 1 column 36 (char 35)): export it again"
+
+
+def _a_field_gone(folder: Path) -> str:
+    record = json.loads((folder / "simulacra.json").read_text())
+    del record["stop_token_ids"]
+    (folder / "simulacra.json").write_text(json.dumps(record))
+    return "{folder}/simulacra.json lacks stop_token_ids"
+
+
+def _no_weights(folder: Path) -> str:
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    return "{folder} holds no weights (no *.safetensors file)"
+
+
+@pytest.mark.parametrize("damage", [_no_record, _not_json, _a_field_gone, _no_weights], ids=lambda f: f.__name__[1:])
+def test_a_damaged_export_is_refused_in_one_line_naming_the_fix(folder, tmp_path, damage):
+    """A folder copied in part or edited by hand: refused before anything loads, where it used to end in a
+    KeyError or a JSONDecodeError from inside the server."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    expected = damage(copy).format(folder=copy)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "serve", str(copy), "--port", "0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"},
+        timeout=120,
+    )
+    assert completed.returncode == 2, completed.stderr
+    [line] = completed.stderr.strip().splitlines()
+    assert line.startswith(f"serve: {expected}"), line
+    assert completed.stdout == ""

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import UserFixableError
 from pipeline.serving.chat_template import chat_template
 from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, PromptFormat
 from pipeline.training.tiny_model import IM_END
@@ -89,14 +90,31 @@ def write_export(source: Path, out_dir: Path, fmt: PromptFormat, metadata: dict[
     return out_dir
 
 
+# What a server reads from `simulacra.json` (pipeline/serving/world_model.py, vllm_engine.py): an export writes them all.
+SERVED_FIELDS = ("model_name", "prompt_format", "context_length", "stop_token_ids")
+
+
 def read_metadata(model_dir: Path) -> dict[str, Any]:
-    """`simulacra.json` of an exported folder; a folder without one is not an export."""
+    """`simulacra.json` of an exported folder. A folder without one is not an export; one whose record is not JSON,
+    lacks a field a server reads, or whose weights are gone is an export damaged or copied in part: either is one
+    line naming the fix, not a traceback from deep in the server."""
     path = Path(model_dir) / METADATA_FILE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{model_dir} is not an exported world model (no {METADATA_FILE}): run `simulacra export`"
+        raise UserFixableError(
+            f"{model_dir} is not an exported world model (no {METADATA_FILE}): "
+            "run `simulacra export` and pass the folder it prints"
         )
-    return json.loads(path.read_text())
+    again = "export it again (`simulacra export`) or copy the whole folder"
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserFixableError(f"{path} is not JSON ({exc}): {again}") from None
+    missing = [name for name in SERVED_FIELDS if not isinstance(metadata, dict) or name not in metadata]
+    if missing:
+        raise UserFixableError(f"{path} lacks {', '.join(missing)}: {again}")
+    if not any(Path(model_dir).glob("*.safetensors")):
+        raise UserFixableError(f"{model_dir} holds no weights (no *.safetensors file): {again}")
+    return metadata
 
 
 def destination_filesystem(destination: str):

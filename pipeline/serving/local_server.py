@@ -12,7 +12,6 @@ the process that started it dies (`PR_SET_PDEATHSIG`), so a stage killed with SI
 holding a port and a model's memory.
 """
 
-import json
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.child_processes import PROJECT_ROOT, die_with_parent, project_env
-from pipeline.serving.export_folder import METADATA_FILE
+from pipeline.serving.export_folder import read_metadata
 
 # Importing torch and transformers and loading a model: about 15 s on 2 idle cores, minutes on a loaded one.
 STARTUP_TIMEOUT_S = 300.0
@@ -76,7 +75,7 @@ def served_folder(
 ) -> Iterator[ServedModel]:
     """`simulacra serve folder` until the block ends. `max_tokens`, `max_batch` and `device` are the command's
     options (its defaults where None); `extra_options` go to it as they are."""
-    model = json.loads((Path(folder) / METADATA_FILE).read_text())["model_name"]
+    model = read_metadata(Path(folder))["model_name"]
     port = free_port()
     command = [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port)]
     command += ["--max-tokens", str(max_tokens), *extra_options]
