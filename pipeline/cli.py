@@ -699,6 +699,9 @@ def run_pipeline(
     configure(_config().workspace.prefect_home)
     from flows.dag import StageFailed
     from flows.world_model import world_model_pipeline
+    from pipeline.orchestration.temporary_server import start_temporary_server
+
+    start_temporary_server()  # where Prefect would start one itself: apart from the terminal's ctrl-C
 
     path = _state.get("config_path")
     failure = None
