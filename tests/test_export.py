@@ -195,16 +195,47 @@ def test_copy_to_destination_is_whole(exported, tmp_path):
     assert memory.cat("/simulacra-test/wm/README.md") == (result.output_path / "README.md").read_bytes()
 
 
-def test_an_unusable_destination_stops_the_stage_before_any_work(exported):
+@pytest.mark.parametrize(
+    "destination, refusal",
+    [
+        ("nosuchscheme://b/wm", "export.destination: nosuchscheme://b/wm: Protocol not known"),
+        ("{tmp}/a-file", "export.destination: {tmp}/a-file is a file: name a folder"),
+    ],
+    ids=["unknown scheme", "a file"],
+)
+def test_an_unusable_destination_stops_the_stage_before_any_work(exported, tmp_path, destination, refusal):
     config, _, _, _ = exported
-    config = config.model_copy(
-        update={"export": config.export.model_copy(update={"destination": "nosuchscheme://b/wm"})}
-    )
+    (tmp_path / "a-file").write_text("not a folder")
+    destination, refusal = destination.format(tmp=tmp_path), refusal.format(tmp=tmp_path)
+    config = config.model_copy(update={"export": config.export.model_copy(update={"destination": destination})})
     with Store(config.workspace.database_path) as store:
-        with pytest.raises(ValueError, match="export.destination: nosuchscheme://b/wm: Protocol not known"):
+        with pytest.raises(ValueError, match=re.escape(refusal)):
             export.run(config, store)
         assert store.execute("SELECT count(*) FROM checkpoints WHERE stage = 'export'").fetchone()[0] == 1
         assert not export.output_dir(config, stage_fingerprint(config, store, "export")).exists()
+
+
+def test_a_destination_that_refuses_a_file_is_one_line_and_the_rerun_completes_the_copy(exported, tmp_path):
+    config, result, _, _ = exported
+    destination = tmp_path / "copy"
+    (destination / "README.md").mkdir(parents=True)  # where the card goes, a folder: the write fails
+    config = config.model_copy(update={"export": config.export.model_copy(update={"destination": str(destination)})})
+    with Store(config.workspace.database_path) as store:
+        with pytest.raises(ValueError) as refused:
+            export.run(config, store)
+        assert str(refused.value).startswith(
+            f"export.destination: {destination}: writing README.md failed (Is a directory); the export itself is "
+            "complete in "
+        )
+        (destination / "README.md").rmdir()
+        again = export.run(config, store)
+        # The destination is in the fingerprint: the module's store is left with its one export, as found.
+        store.execute("DELETE FROM checkpoints WHERE stage = 'export' AND path = ?", [str(again.output_path)])
+    assert again.output_path != result.output_path
+    copied = sorted(p.relative_to(destination).as_posix() for p in destination.rglob("*") if p.is_file())
+    assert copied == sorted(
+        p.relative_to(again.output_path).as_posix() for p in again.output_path.rglob("*") if p.is_file()
+    )
 
 
 def test_rerun_is_skipped_by_fingerprint(exported):

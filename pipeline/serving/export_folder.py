@@ -16,6 +16,7 @@ The folder is a plain Hugging Face model folder any server loads (`vllm serve DI
 It is built in a sibling folder and renamed into place, so a killed export leaves no half folder.
 """
 
+import errno
 import json
 import shutil
 from pathlib import Path
@@ -119,26 +120,40 @@ def read_metadata(model_dir: Path) -> dict[str, Any]:
 
 def destination_filesystem(destination: str):
     """The fsspec filesystem and path of a URL; checked before the export is written, so an unknown
-    scheme or a missing package (s3fs, gcsfs) stops the stage before any work."""
+    scheme, a missing package (s3fs, gcsfs) or a local path that is a file stops the stage before any work."""
     import fsspec
+    from fsspec.implementations.local import LocalFileSystem
 
     try:
-        return fsspec.core.url_to_fs(destination)
+        filesystem, root = fsspec.core.url_to_fs(destination)
     except (ImportError, ValueError) as exc:
         raise ValueError(f"export.destination: {destination}: {exc}") from None
+    if isinstance(filesystem, LocalFileSystem) and filesystem.isfile(root):
+        raise ValueError(f"export.destination: {destination} is a file: name a folder (it is created where missing)")
+    return filesystem, root
 
 
 def copy_to(out_dir: Path, destination: str) -> str:
     """Copy the exported folder to an fsspec URL (s3://, gs://, file://, memory://, a local path);
     returns the URL written. Files are put one by one under the destination, which is replaced
-    file for file, so a rerun after a failed upload completes it."""
+    file for file, so a rerun after a failed upload completes it. A destination that refuses a file
+    is one line naming it and the file (a full disk stays an OSError: pipeline/errors.py names its free space)."""
     filesystem, root = destination_filesystem(destination)
     root = root.rstrip("/")
-    filesystem.makedirs(root, exist_ok=True)
-    for path in sorted(out_dir.rglob("*")):
-        if path.is_file():
-            relative = path.relative_to(out_dir).as_posix()
-            parent = f"{root}/{relative}".rsplit("/", 1)[0]
-            filesystem.makedirs(parent, exist_ok=True)
-            filesystem.put_file(str(path), f"{root}/{relative}")
+    relative = "."
+    try:
+        filesystem.makedirs(root, exist_ok=True)
+        for path in sorted(out_dir.rglob("*")):
+            if path.is_file():
+                relative = path.relative_to(out_dir).as_posix()
+                parent = f"{root}/{relative}".rsplit("/", 1)[0]
+                filesystem.makedirs(parent, exist_ok=True)
+                filesystem.put_file(str(path), f"{root}/{relative}")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise ValueError(
+            f"export.destination: {destination}: writing {relative} failed ({exc.strerror or exc}); "
+            f"the export itself is complete in {out_dir}: fix the destination and rerun"
+        ) from exc
     return destination
