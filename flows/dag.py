@@ -27,7 +27,7 @@ from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
 from flows.concurrency import gpu_slot
 from pipeline.config import SimulacraConfig, load_config, parse_override
 from pipeline.config.orchestration import GPU_POOL_STAGES, OPTIONAL_STAGES, STAGE_ORDER
-from pipeline.errors import full_disk
+from pipeline.errors import UserFixableError, full_disk
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
 from pipeline.store import stage_runs
@@ -52,15 +52,21 @@ class StageOutcome:
 
 
 class StageFailed(RuntimeError):
-    """A stage raised; carries the outcomes of the stages before it. Args stay (message, outcomes)
-    so that the exception pickles, as Prefect stores it with the failed state."""
+    """A stage raised; carries the outcomes of the stages before it, and whether the user fixes the cause by doing
+    what the message names (a UserFixableError: a stage run before its inputs exist) rather than by rerunning.
+    Args stay (message, outcomes, fixable) so that the exception pickles, as Prefect stores it with the failed
+    state."""
 
-    def __init__(self, message: str, outcomes: list[StageOutcome]):
-        super().__init__(message, outcomes)
+    def __init__(self, message: str, outcomes: list[StageOutcome], fixable: bool = False):
+        super().__init__(message, outcomes, fixable)
 
     @property
     def outcomes(self) -> list[StageOutcome]:
         return self.args[1]
+
+    @property
+    def fixable(self) -> bool:
+        return self.args[2]
 
     def __str__(self) -> str:
         return self.args[0]
@@ -159,7 +165,8 @@ def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutc
             outcomes.append(_run_one(config, name))
         except Exception as exc:
             reason = full_disk(exc, config.workspace.root) or exc
-            raise StageFailed(f"stage {name!r} failed: {reason}", outcomes) from exc
+            fixable = isinstance(exc, UserFixableError)
+            raise StageFailed(f"stage {name!r} failed: {reason}", outcomes, fixable) from exc
         pipeline_progress.report(100.0 * done / len(ordered), force=True)
     return outcomes
 

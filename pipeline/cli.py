@@ -716,6 +716,9 @@ def run_pipeline(
         Console().print(table)
     if failure is None and any(outcome.stage == "evaluate" for outcome in outcomes or ()):
         _show_run_evaluation()
+    if failure is not None and failure.fixable:  # its message names what to do first; a rerun alone would fail again
+        console.print(f"[red]{failure}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     if failure is not None:
         console.print(f"[red]{failure}[/red]; rerun the same command to resume", highlight=False, soft_wrap=True)
         raise typer.Exit(1)

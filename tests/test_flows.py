@@ -195,6 +195,20 @@ def test_simulacra_run_reports_each_stage_and_fails_with_the_stage_named(tmp_pat
     assert unknown.exit_code == 2 and "judge" in unknown.output
 
 
+def test_a_stage_run_before_its_inputs_names_what_to_run_first_not_a_rerun(tmp_path):
+    """A UserFixableError inside `simulacra run` is the stage's one line and status 2, as when the stage runs alone:
+    "rerun the same command to resume" would fail again until the named stage has run."""
+    config = write_config(tmp_path)
+    failed = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", "sft"])
+    assert failed.exit_code == 2, failed.output
+    printed = " ".join(failed.output.split())
+    assert (
+        "stage 'sft' failed: sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first"
+        in (printed)
+    )
+    assert "rerun the same command" not in printed
+
+
 def test_a_stage_that_fills_the_disk_fails_with_the_fix_named_and_the_rerun_resumes_it(tmp_path):
     """score's plot drawn onto /dev/full, which answers every write with ENOSPC, as a full disk does."""
     config = write_config(tmp_path)
