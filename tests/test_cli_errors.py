@@ -2,6 +2,7 @@
 it; a bug keeps its traceback. Real stores, the real command group (typer's CliRunner), and once
 as a process."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,36 @@ def test_a_user_fixable_problem_is_one_line_and_exit_2(tmp_path, before, command
     [printed] = result.stderr.splitlines()
     assert printed.startswith(line.format(workspace=tmp_path))
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_base_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path):
+    """A folder that is not a model, and a hub name this offline machine cannot get (HF_HUB_OFFLINE: no request is
+    tried), where each ended CPT in transformers' traceback."""
+    for step in (["ingest", TERMINAL], ["filter"], ["score"], ["split"]):
+        assert simulacra(tmp_path, *step).exit_code == 0, step
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    result = simulacra(tmp_path, "--set", f"model.base={empty}", "cpt")
+    assert result.exit_code == 2 and result.stdout == ""
+    [printed] = result.stderr.splitlines()
+    assert printed.startswith(f"cpt: {empty} is not a complete model folder (")
+    assert printed.endswith("): point model.base (or the stage's base_model) at one, or rerun the stage that wrote it")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "--set", f"workspace.path={tmp_path}"]
+        + ["--set", "model.base=someone/not-a-model", "cpt"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "COLUMNS": "300"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "cpt: model someone/not-a-model is neither a local folder nor one the Hugging Face Hub gave ("
+    )
+    assert last.endswith("and set model.base to DIR")
 
 
 def plot_on_a_full_disk(workspace: Path) -> Path:

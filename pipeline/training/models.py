@@ -4,11 +4,15 @@ Nothing here places a model on a device. Under `accelerate launch` (DeepSpeed Ze
 Trainer decides placement and sharding; a `.to(device)` here would break it.
 """
 
+import contextlib
+import errno
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import UserFixableError
 from pipeline.training.gguf_base import SOURCE_FILE as GGUF_SOURCE_FILE
 from pipeline.training.gguf_base import convert_gguf, is_gguf_ref, resolve_gguf
 from pipeline.training.tiny_model import IM_END, IM_START
@@ -129,7 +133,8 @@ def load_tokenizer(ref: str, trust_remote_code: bool = False):
     harmless because padded positions are masked out of attention and loss)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    with _loadable(ref):
+        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -186,7 +191,37 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     if not Path(ref).exists() and (ref.startswith((".", "/", "~")) or ref.count("/") > 1):
-        raise FileNotFoundError(f"model.base: {ref} is neither a local folder nor a hub name")
-    return AutoModelForCausalLM.from_pretrained(
-        ref, dtype=training_dtype(dtype), trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
-    )
+        raise UserFixableError(f"model.base: {ref} is neither a local folder nor a hub name")
+    with _loadable(ref):
+        return AutoModelForCausalLM.from_pretrained(
+            ref,
+            dtype=training_dtype(dtype),
+            trust_remote_code=trust_remote_code,
+            attn_implementation=attn_implementation,
+        )
+
+
+@contextlib.contextmanager
+def _loadable(ref: str) -> Iterator[None]:
+    """transformers' OSError for a model it cannot find or read (a misspelt hub name, no network and nothing in the
+    Hugging Face cache, a folder missing its files), as one line naming the model and what to do. Found by probing
+    (2026-12-06): `--set model.base=<a name not cached>` on this offline machine ended CPT in a 40-line traceback.
+    A full disk stays an OSError (pipeline/errors.py names its free space)."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        # A ValueError only from a local folder: what transformers raises for one without a config or tokenizer files.
+        if isinstance(exc, ValueError) and not Path(ref).is_dir():
+            raise
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if Path(ref).is_dir():
+            raise UserFixableError(
+                f"{ref} is not a complete model folder ({reason}): point model.base (or the stage's base_model) at "
+                "one, or rerun the stage that wrote it"
+            ) from None
+        raise UserFixableError(
+            f"model {ref} is neither a local folder nor one the Hugging Face Hub gave ({reason}): check the name, or "
+            f"download it where the Hub is reachable (`hf download {ref} --local-dir DIR`) and set model.base to DIR"
+        ) from None
