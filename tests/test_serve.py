@@ -848,6 +848,18 @@ def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):
     assert len(completed.stderr.strip().splitlines()) == 1
 
 
+def _serve(folder: Path, cwd: Path, *options: str) -> subprocess.CompletedProcess:
+    """`simulacra serve FOLDER OPTIONS` in a process of its own, for a refusal (a served model would not return)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "serve", str(folder), *options],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"},
+        timeout=120,
+    )
+
+
 def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp_path):
     """The port is held by a listening socket of this process: the command says so and stops at once, where it
     used to load the model, print that it was serving, and exit with uvicorn's status 3."""
@@ -857,14 +869,7 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        completed = subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", "serve", str(folder), "--port", str(port)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"},
-            timeout=120,
-        )
+        completed = _serve(folder, tmp_path, "--port", str(port))
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.strip() == (
         f"serve: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
@@ -904,14 +909,7 @@ def test_a_damaged_export_is_refused_in_one_line_naming_the_fix(folder, tmp_path
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
     expected = damage(copy).format(folder=copy)
-    completed = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "serve", str(copy), "--port", "0"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"},
-        timeout=120,
-    )
+    completed = _serve(copy, tmp_path, "--port", "0")
     assert completed.returncode == 2, completed.stderr
     [line] = completed.stderr.strip().splitlines()
     assert line.startswith(f"serve: {expected}"), line
