@@ -210,8 +210,9 @@ def _loadable(ref: str) -> Iterator[None]:
     try:
         yield
     except (OSError, ValueError) as exc:
-        # A ValueError only from a local folder: what transformers raises for one without a config or tokenizer files.
-        if isinstance(exc, ValueError) and not Path(ref).is_dir():
+        # A ValueError only from a local folder without a config: what transformers raises for one that is not a
+        # model. From a folder with one it is about the model itself (an attention implementation it lacks, say).
+        if isinstance(exc, ValueError) and not (Path(ref).is_dir() and not (Path(ref) / "config.json").is_file()):
             raise
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise
