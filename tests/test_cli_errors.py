@@ -167,12 +167,24 @@ def test_a_full_disk_is_one_line_naming_the_fix_and_the_rerun_resumes(tmp_path):
     assert plot.stat().st_size > 0
 
 
+def _python_write(path: Path) -> None:
+    path.write_text("x")
+
+
+def _torch_checkpoint(path: Path) -> None:
+    import torch
+
+    torch.save({"w": torch.zeros(10_000)}, path)
+
+
+def _duckdb_copy(path: Path) -> None:
+    import duckdb
+
+    duckdb.connect().execute(f"COPY (SELECT 1) TO '{path}' (FORMAT csv)")
+
+
 # A real write to /dev/full through each writer the stages use, and how the error reaches the code.
-FULL_DISK_WRITES = {
-    "python": lambda path: path.write_text("x"),
-    "torch checkpoint": lambda path: __import__("torch").save({"w": __import__("torch").zeros(10_000)}, path),
-    "duckdb": lambda path: __import__("duckdb").connect().execute(f"COPY (SELECT 1) TO '{path}' (FORMAT csv)"),
-}
+FULL_DISK_WRITES = {"python": _python_write, "torch checkpoint": _torch_checkpoint, "duckdb": _duckdb_copy}
 
 
 @pytest.mark.parametrize("write", FULL_DISK_WRITES.values(), ids=FULL_DISK_WRITES.keys())
