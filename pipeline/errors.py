@@ -58,6 +58,12 @@ _FULL_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "unexpected pos ")
 
 
+def out_of_space(exc: BaseException) -> bool:
+    """Python's own report of a full disk or quota: code that turns OSErrors into one-line refusals lets these
+    through, so `full_disk` can name the free space."""
+    return isinstance(exc, OSError) and exc.errno in _FULL_DISK_ERRNOS
+
+
 def full_disk(exc: BaseException, where: Path) -> str | None:
     """One line naming the fix when a full disk (or quota) is what failed, anywhere in the exception's chain; None
     otherwise. The free space is measured at the file that failed where the error names it, else at `where` (the
@@ -65,7 +71,7 @@ def full_disk(exc: BaseException, where: Path) -> str | None:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, OSError) and current.errno in _FULL_DISK_ERRNOS:
+        if isinstance(current, OSError) and out_of_space(current):
             failed = current.filename2 or current.filename
             return _full_disk_line(Path(failed) if isinstance(failed, str) else where)
         if any(words in str(current) for words in _FULL_DISK_WORDS):

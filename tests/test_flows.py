@@ -202,10 +202,8 @@ def test_a_stage_run_before_its_inputs_names_what_to_run_first_not_a_rerun(tmp_p
     failed = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", "sft"])
     assert failed.exit_code == 2, failed.output
     printed = " ".join(failed.output.split())
-    assert (
-        "stage 'sft' failed: sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first"
-        in (printed)
-    )
+    refusal = "stage 'sft' failed: sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first"
+    assert refusal in printed
     assert "rerun the same command" not in printed
 
 

@@ -16,13 +16,12 @@ The folder is a plain Hugging Face model folder any server loads (`vllm serve DI
 It is built in a sibling folder and renamed into place, so a killed export leaves no half folder.
 """
 
-import errno
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserFixableError
+from pipeline.errors import UserFixableError, out_of_space
 from pipeline.serving.chat_template import chat_template
 from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, PromptFormat
 from pipeline.training.tiny_model import IM_END
@@ -150,7 +149,7 @@ def copy_to(out_dir: Path, destination: str) -> str:
                 filesystem.makedirs(parent, exist_ok=True)
                 filesystem.put_file(str(path), f"{root}/{relative}")
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if out_of_space(exc):
             raise
         raise ValueError(
             f"export.destination: {destination}: writing {relative} failed ({exc.strerror or exc}); "

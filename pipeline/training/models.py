@@ -5,14 +5,13 @@ Trainer decides placement and sharding; a `.to(device)` here would break it.
 """
 
 import contextlib
-import errno
 import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserFixableError
+from pipeline.errors import UserFixableError, out_of_space
 from pipeline.training.gguf_base import SOURCE_FILE as GGUF_SOURCE_FILE
 from pipeline.training.gguf_base import convert_gguf, is_gguf_ref, resolve_gguf
 from pipeline.training.tiny_model import IM_END, IM_START
@@ -214,7 +213,7 @@ def _loadable(ref: str) -> Iterator[None]:
         # model. From a folder with one it is about the model itself (an attention implementation it lacks, say).
         if isinstance(exc, ValueError) and not (Path(ref).is_dir() and not (Path(ref) / "config.json").is_file()):
             raise
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if out_of_space(exc):
             raise
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if Path(ref).is_dir():
