@@ -36,9 +36,13 @@ LINE_EVERY_SECONDS = 30.0
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None) -> Iterator[Callable[..., None]]:
+def progress_bar(description: str, total: int | None, done: int = 0) -> Iterator[Callable[..., None]]:
     """Yields `advance(n, status=None)`; a status is shown after the description (the LLM client's
-    done/cached/failed/tokens line). A bar on a terminal, `ProgressLines` anywhere else."""
+    done/cached/failed/tokens line). A bar on a terminal, `ProgressLines` anywhere else.
+
+    `done` is work finished before this call (a resumed run's restored steps, answers already cached):
+    the bar starts there, and its rate and ETA count only what this call does. Advanced by `done` in
+    its first second, a resumed bar claimed 4 steps a second and an ETA of nothing."""
     # Elapsed and remaining (the ETA, from the pace so far): on 2 cores a stage of the demo takes minutes.
     columns = [
         SpinnerColumn(),
@@ -50,10 +54,14 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[..., 
         TimeRemainingColumn(),
     ]
     console = Console(stderr=True)
-    lines = None if console.is_terminal else ProgressLines(description, total, console.print)
+    lines = None if console.is_terminal else ProgressLines(description, total, console.print, done=done)
     with Progress(*columns, transient=True, console=console, disable=lines is not None) as progress:
-        task = progress.add_task(description, total=total)
-        completed = 0
+        # Created at `done`, not advanced to it: rich's speed is taken from advances only.
+        task = progress.add_task(description, total=total, completed=done)
+        completed = done
+        if done:
+            for observer in OBSERVERS:
+                observer(description, completed, total)
 
         def advance(n: int, status: str | None = None) -> None:
             nonlocal completed
@@ -72,12 +80,18 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[..., 
 class ProgressLines:
     """A bar as plain lines, for a log: `evaluate base: 23/46 (50%), 0.38/s, elapsed 1:01, eta 1:01`."""
 
-    def __init__(self, description: str, total: int | None, write: Callable[..., None], clock=time.monotonic):
+    def __init__(
+        self, description: str, total: int | None, write: Callable[..., None], clock=time.monotonic, done: int = 0
+    ):
         self.description, self.total, self.write, self.clock = description, total, write, clock
+        self.done = done  # finished before this run: not part of its rate
         self.started = self.last_line_at = clock()
-        self.last_step = 0  # the last LINE_EVERY_FRACTION step a line was printed for
+        # the last LINE_EVERY_FRACTION step a line was printed for (a resumed bar's lines go on from where it is)
+        self.last_step = int(done / total / LINE_EVERY_FRACTION) if total else 0
         self.lines = 0  # progress lines printed, the start line aside
-        if total:
+        if total and done:
+            self._print(f"{description}: resumed, {done} of {total} done before, {total - done} to do")
+        elif total:
             self._print(f"{description}: started, {total} to do")
 
     def advance(self, completed: int, status: str | None = None) -> None:
@@ -98,7 +112,7 @@ class ProgressLines:
 
     def line(self, completed: int, now: float, status: str | None = None) -> str:
         elapsed = now - self.started
-        rate = completed / elapsed if elapsed > 0 else 0.0
+        rate = (completed - self.done) / elapsed if elapsed > 0 else 0.0
         parts = [
             f"{completed}/{self.total} ({100 * completed / self.total:.0f}%)" if self.total else f"{completed} done",
             f"{rate:.3g}/s",

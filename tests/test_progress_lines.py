@@ -115,3 +115,34 @@ def test_each_line_reaches_the_log_when_it_is_printed(capsys, monkeypatch):
         assert capsys.readouterr().err.startswith("rl training steps: 1/4 (25%), ")
         advance(3)
     assert capsys.readouterr().err.startswith("rl training steps: 4/4 (100%), ")
+
+
+def test_a_resumed_bar_counts_only_this_runs_work():
+    """RL resumed at step 4 of 8, each step 60 s: the restored steps are where the bar starts, not 4 steps
+    done in its first second; its rate and ETA are this run's."""
+    printed, clock = [], FakeClock()
+    bar = ProgressLines("rl training steps", 8, lambda text, **_: printed.append(text), clock, done=4)
+    for completed in range(5, 9):
+        clock.now += 60.0
+        bar.advance(completed)
+    assert printed == [
+        "rl training steps: resumed, 4 of 8 done before, 4 to do",
+        "rl training steps: 5/8 (62%), 0.0167/s, elapsed 1:00, eta 3:00",
+        "rl training steps: 6/8 (75%), 0.0167/s, elapsed 2:00, eta 2:00",
+        "rl training steps: 7/8 (88%), 0.0167/s, elapsed 3:00, eta 1:00",
+        "rl training steps: 8/8 (100%), 0.0167/s, elapsed 4:00",
+    ]
+
+
+def test_progress_bar_starts_a_resumed_run_where_it_was(capsys, monkeypatch):
+    """The helper itself: the log's start line, and the Prefect observer told the restored count before any step,
+    so the UI's progress does not fall back to 0."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    seen = []
+    monkeypatch.setattr(progress, "OBSERVERS", [lambda *args: seen.append(args)])
+    with progress_bar("rl training steps", total=8, done=4) as advance:
+        assert capsys.readouterr().err == "rl training steps: resumed, 4 of 8 done before, 4 to do\n"
+        assert seen == [("rl training steps", 4, 8)]
+        advance(1)
+    assert seen[-1] == ("rl training steps", 5, 8)

@@ -102,8 +102,8 @@ class ChatClient:
         self.tally.requests += len(settled) + len(pending)
         self.tally.cached += len(settled)
 
-        with progress_bar(self.role, total=len(settled) + len(pending)) as advance:
-            advance(len(settled), status=self.tally.line())
+        with progress_bar(self.role, total=len(settled) + len(pending), done=len(settled)) as advance:
+            advance(0, status=self.tally.line())
             if pending:
                 queue = list(pending.values())
                 size = self.backend.batch_size

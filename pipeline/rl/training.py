@@ -191,8 +191,7 @@ def train_gspo(
     model = load_causal_lm(base_ref, config.model.dtype, config.model.trust_remote_code)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
-    with progress_bar("rl training steps", total=config.rl.max_steps) as advance:
-        advance(resumed_from or 0)
+    with progress_bar("rl training steps", total=config.rl.max_steps, done=resumed_from or 0) as advance:
         start, callbacks = run_callbacks(config, STAGE, advance)
         trainer = GSPOTrainer(
             model=model,

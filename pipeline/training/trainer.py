@@ -321,8 +321,7 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
         devices,
         tokens_per_step,
     )
-    with progress_bar(job.progress_label, total=settings.max_steps) as advance:
-        advance(resumed_from or 0)
+    with progress_bar(job.progress_label, total=settings.max_steps, done=resumed_from or 0) as advance:
         start, masks, callbacks = _callbacks(config, job, advance, train_rows)
         trainer = _packed_trainer_class()(
             row_order=settings.row_order,
