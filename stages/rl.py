@@ -275,7 +275,9 @@ def _summary(metrics: dict[str, Any]) -> str:
         else ""
     )
     per_step = metrics.get("prompts_per_step")
-    # The two steps' rewards are of different prompts: with one or two a step, a fall or a rise is mostly the prompts'.
+    # Each step's reward is of other prompts: with one or two a step, first step -> last step (10.12 -> 5.18 in
+    # a demo) read as a fall that was the prompts'. The summary gives the mean over the steps; the change is the
+    # paired one on the same prompts, before and after, beside it.
     steps_apart = f", {per_step} prompt(s) a step" if per_step else ""
     from pipeline.evaluation.intervals import Interval, change_words
     from pipeline.training.validation import summary_words
@@ -308,8 +310,8 @@ def _summary(metrics: dict[str, Any]) -> str:
     return (
         f"{started}{metrics.get('answer_format', 'rl-thinking')} format: "
         f"{metrics['global_step']} GSPO steps on {metrics['prompts']} prompts ({metrics.get('prompts_with_rule_reward', 0)} "
-        f"with a verifier){too_long}{resumed}; mean reward "
-        f"{number(metrics['reward_first_step'])} (first step) -> {number(metrics['reward_last_step'])} (last step{steps_apart})"
+        f"with a verifier){too_long}{resumed}; training reward {number(metrics.get('reward_mean_over_steps'))} "
+        f"(mean over the steps{steps_apart}; the curve follows the prompts)"
         + (f", shares of the reward: {', '.join(shares)}" if shares else "")
         + on_prompts
         + (f"; {scored}" if scored else "")
@@ -434,6 +436,7 @@ def train(config, plan: Plan) -> None:
         "reward_weights": weights,
         "reward_first_step": combined[0][1] if combined else None,
         "reward_last_step": combined[-1][1] if combined else None,
+        "reward_mean_over_steps": sum(value for _, value in combined) / len(combined) if combined else None,
         **{f"{key.replace('/', '.')}.last": series[-1][1] for key, series in curves.items() if series},
         **reward_shares(curves, rl.reward.main_weight, rl.reward.rule_weight, rewards.main_name),
         **rule_verdicts(curves),

@@ -149,9 +149,11 @@ def test_a_sigkilled_run_resumes_from_its_checkpoint_and_finishes(workspace):
         assert metrics["reward_first_step"] is not None and metrics["val_score_before"] is not None
         # The reward of the starting and trained model on the same prompts; each reward's share (none: all 0).
         assert metrics["prompt_reward_prompts"] == RL_FIELDS["max_prompts"] and metrics["prompt_reward_before"] == 0.0
-        # 4 completions a step in groups of 2: the first and last steps' rewards are of different prompts, and the
-        # summary says how many made each.
-        assert metrics["prompts_per_step"] == 2 and "(last step, 2 prompt(s) a step)" in result.summary
+        # 4 completions a step in groups of 2: each step's reward is of other prompts, so the summary gives their
+        # mean over the steps and says how many prompts made each, not a first -> last that reads as a trend.
+        assert metrics["reward_mean_over_steps"] == pytest.approx(sum(v for _, v in curves["reward"]) / len(steps))
+        assert "(mean over the steps, 2 prompt(s) a step; the curve follows the prompts)" in result.summary
+        assert metrics["prompts_per_step"] == 2 and "(first step)" not in result.summary
         # Instruction-following on the held-out queries, each asked with one control instruction.
         for name in ("before", "after"):
             assert 0.0 <= metrics[f"heldout_control_following_{name}"] <= 1.0
