@@ -256,7 +256,7 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port; 0 takes a free one, printed when serving starts.")] = 8000,
     engine: Annotated[
         str,
         typer.Option(
@@ -323,7 +323,7 @@ def openenv_serve(
     host: Annotated[
         str, typer.Option(help="Interface to listen on; 0.0.0.0 exposes it beyond this machine.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8001,
+    port: Annotated[int, typer.Option(help="TCP port; 0 takes a free one, printed when serving starts.")] = 8001,
     model: Annotated[
         str | None, typer.Option(help="The served model's name; by default the endpoint's only one.")
     ] = None,

@@ -877,6 +877,22 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp
     assert completed.stdout == ""  # nothing loaded, nothing announced
 
 
+def test_the_local_server_takes_the_port_it_bound_not_one_chosen_beforehand(folder, tmp_path):
+    """`served_folder` (the fidelity stage's server) starts `simulacra serve --port 0` and reads the port from its
+    serving line: a port picked first and handed over could be taken in between. The log is appended to, so an
+    earlier server's line, naming another port, must not be the one read."""
+    from pipeline.serving.local_server import served_folder
+
+    log = tmp_path / "serve.log"
+    log.write_text("serving world-model-test (sft format, answering thinking, context 512) at http://127.0.0.1:1/v1\n")
+    with served_folder(folder, log=log, max_tokens=4) as served:
+        port = int(served.base_url.rsplit(":", 1)[1].split("/")[0])
+        assert port not in (0, 1)
+        assert httpx.get(f"{served.base_url}/models", timeout=10).json()["data"][0]["id"] == served.model
+    announced = [line for line in log.read_text().splitlines() if line.startswith("serving ")]
+    assert len(announced) == 2 and announced[1].endswith(f" at http://127.0.0.1:{port}/v1")
+
+
 def _no_record(folder: Path) -> str:
     (folder / "simulacra.json").unlink()
     return "{folder} is not an exported world model (no simulacra.json): run `simulacra export`"

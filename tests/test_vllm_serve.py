@@ -22,6 +22,7 @@ engine answers with `include_thinking`. The taught answer is greedy in float32, 
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,7 +42,6 @@ import httpx
 
 from pipeline.config.model import TinyModelConfig
 from pipeline.serving.export_folder import write_export
-from pipeline.serving.local_server import free_port
 from pipeline.serving.model_card import EXAMPLE_DOMAIN, EXAMPLE_SYSTEM, example_request
 from pipeline.serving.prompt_formats import prompt_format
 from pipeline.serving.thinking import split_thinking
@@ -69,6 +69,13 @@ def folder(tmp_path_factory):
         {"model_name": MODEL, "fingerprint": "test", "context_length": 512, "max_history_chars": 24_000},
         "# card\n",
     )
+
+
+def free_port() -> int:
+    """A port free now, for vLLM's server (whose own `--port 0` this test does not rely on)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @contextmanager

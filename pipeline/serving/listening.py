@@ -15,7 +15,8 @@ from pipeline.errors import UserFixableError
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to (host, port), as uvicorn binds its own: IPv6 for a host with a colon, SO_REUSEADDR so a
-    port a stopped server left in TIME_WAIT is free again at once. uvicorn starts listening on it."""
+    port a stopped server left in TIME_WAIT is free again at once. uvicorn starts listening on it. Port 0 takes a
+    free port the system picks; `bound_port` says which."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -38,3 +39,8 @@ def _refusal(host: str, port: int, exc: OSError) -> str:
             "or 0.0.0.0 (every interface)"
         )
     return f"cannot listen on {host}:{port}: {exc.strerror or exc}: pass another --host or --port"
+
+
+def bound_port(sock: socket.socket) -> int:
+    """The port `sock` holds: the one asked for, or the system's pick for port 0."""
+    return sock.getsockname()[1]

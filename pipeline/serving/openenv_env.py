@@ -254,6 +254,9 @@ def serve(
     """Serve on `sock`, bound to (host, port) before the command's slower refusals (pipeline/serving/listening.py)."""
     import uvicorn
 
+    from pipeline.serving.listening import bound_port
+
+    port = bound_port(sock)  # --port 0: the one the system picked
     app = build_app(served, domain, episode, **options)
     print(
         f"serving the {domain} world model at {served.url} as an OpenEnv environment: http://{host}:{port} "

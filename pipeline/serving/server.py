@@ -418,10 +418,11 @@ def serve(
 ) -> None:
     import uvicorn
 
-    from pipeline.serving.listening import listening_socket
+    from pipeline.serving.listening import bound_port, listening_socket
     from pipeline.serving.world_model import WorldModel
 
     sock = listening_socket(host, port)  # before the model loads: a port in use is refused at once
+    port = bound_port(sock)  # --port 0: the one the system picked, in the line below (local_server.py reads it)
     model = WorldModel(model_dir, device)
     print(
         f"serving {model.name} ({model.format.name} format, answering {'/'.join(model.format.answer_formats)}, "
