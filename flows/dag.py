@@ -16,7 +16,8 @@ already says the stage is done (`refresh_cache` otherwise): the store decides, n
 """
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -27,7 +28,7 @@ from flows.artifacts import ProgressArtifact, publish_stage, stage_progress
 from flows.concurrency import gpu_slot
 from pipeline.config import SimulacraConfig, load_config, parse_override
 from pipeline.config.orchestration import GPU_POOL_STAGES, OPTIONAL_STAGES, STAGE_ORDER
-from pipeline.errors import UserFixableError, full_disk
+from pipeline.errors import UserFixableError, full_disk, interrupted
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.stage import StageResult
 from pipeline.store import stage_runs
@@ -111,8 +112,26 @@ def on_gpu_pool(config: SimulacraConfig, stage: str) -> bool:
     return stage in GPU_POOL_STAGES and config.orchestration.gpu_deployment is not None
 
 
+@contextmanager
+def interrupts_crash() -> Iterator[None]:
+    """ctrl-C as a KeyboardInterrupt, also where DuckDB caught it mid-query and raised an error of its own
+    (pipeline/errors.py): Prefect records an Exception as FAILED and a KeyboardInterrupt as CRASHED, and an
+    interrupted run is the second. ctrl-C mid-ingest under `simulacra run` left the flow run FAILED."""
+    try:
+        yield
+    except Exception as exc:
+        if interrupted(exc):
+            raise KeyboardInterrupt(str(exc)) from exc
+        raise
+
+
 @task(persist_result=True)
 def run_stage(config: SimulacraConfig, stage: str, fingerprint: str) -> StageOutcome:
+    with interrupts_crash():
+        return _execute(config, stage, fingerprint)
+
+
+def _execute(config: SimulacraConfig, stage: str, fingerprint: str) -> StageOutcome:
     runner = stage_runner(stage)
     with open_store(config) as store:
         completed = stage_runs.completed_run(store, stage, fingerprint)
@@ -162,7 +181,8 @@ def run_stages(config: SimulacraConfig, stages: Sequence[str]) -> list[StageOutc
     outcomes: list[StageOutcome] = []
     for done, name in enumerate(ordered, start=1):
         try:
-            outcomes.append(_run_one(config, name))
+            with interrupts_crash():
+                outcomes.append(_run_one(config, name))
         except Exception as exc:
             reason = full_disk(exc, config.workspace.root) or exc
             fixable = isinstance(exc, UserFixableError)

@@ -226,6 +226,41 @@ def test_a_stage_that_fills_the_disk_fails_with_the_fix_named_and_the_rerun_resu
     assert executions(tmp_path)["score"] == ["failed", "completed"]
 
 
+def test_a_ctrl_c_duckdb_caught_mid_query_leaves_the_run_crashed_not_failed(tmp_path, monkeypatch):
+    """ctrl-C while DuckDB runs a query reaches Python as DuckDB's InterruptException, an Exception: Prefect recorded
+    the flow run FAILED, as if the stage had a fault. Here filter's query is interrupted for real, from another
+    thread, as DuckDB's own SIGINT handling does; the run ends CRASHED (an interrupted run), the stage's row is
+    `failed` with DuckDB's words, and the rerun resumes at filter."""
+    import threading
+
+    import duckdb
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    import stages.filter
+
+    def interrupted_filter(config, store):
+        connection = duckdb.connect()
+        threading.Timer(0.5, connection.interrupt).start()
+        connection.execute("SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000) b").fetchall()
+
+    config = write_config(tmp_path)
+    monkeypatch.setattr(stages.filter, "run", interrupted_filter)
+    with pytest.raises(KeyboardInterrupt, match="INTERRUPT Error"):
+        world_model_pipeline(config_path=str(config))
+    with get_client(sync_client=True) as client:
+        [flow_run] = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=1)
+        runs = [run for run in client.read_task_runs() if run.flow_run_id == flow_run.id]
+    task_states = {run.name.rsplit("-", 1)[0]: run.state.type.value for run in runs}  # "filter-c9c"
+    assert flow_run.state.type.value == "CRASHED"
+    assert task_states == {"ingest": "COMPLETED", "filter": "CRASHED"}
+    assert executions(tmp_path) == {"ingest": ["completed"], "filter": ["failed"]}
+
+    monkeypatch.undo()
+    outcomes = world_model_pipeline(config_path=str(config))
+    assert [o.status for o in outcomes] == ["skipped", "ran", "ran", "ran"]
+
+
 # (stage, key the stage gave, key in the UI)
 KEYS = [
     ("ingest", "ingest-counts", "ingest-counts"),
