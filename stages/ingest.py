@@ -28,7 +28,7 @@ from pipeline.errors import interrupted
 from pipeline.formats import jsonl_lines
 from pipeline.formats import simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
-from pipeline.formats.file_encoding import sniff
+from pipeline.formats.file_encoding import content_stem, sniff
 from pipeline.formats.sources import Input, NotRead, Skipped, expand
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
@@ -72,7 +72,7 @@ class _Batch:
 
 def source_for_path(path: str, name: str | None, format_name: str | None, domain: str | None) -> SourceConfig:
     """A command-line path becomes a source named after it (the folder or file stem) unless named."""
-    default = Path(path.rstrip("/")).stem if not path.startswith("hf://") else path.removeprefix("hf://")
+    default = content_stem(Path(path.rstrip("/"))) if not path.startswith("hf://") else path.removeprefix("hf://")
     return SourceConfig(name=name or default or "cli", path=path, format=format_name, domain=domain)  # type: ignore[arg-type]  # pydantic checks the domain
 
 

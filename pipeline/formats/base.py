@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from pipeline.formats.file_encoding import sniff, utf8_bytes
+from pipeline.formats.file_encoding import GZIP_ONLY, content_suffix, sniff, utf8_bytes
 from pipeline.store.schema import RecordError, Trajectory
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -94,14 +94,16 @@ def jsonl_document(line: bytes, location: str) -> Document | Malformed:
 
 def iter_documents(path: Path) -> Iterator[Document | Malformed]:
     """Yield the documents of one file, or `Malformed` for the parts that cannot be decoded. A file
-    that is gzip-compressed or not UTF-8 (pipeline/formats/file_encoding.py) is read as UTF-8 first."""
-    suffix = path.suffix.lower()
-    if suffix in PARQUET_SUFFIXES:
+    that is gzip-compressed or not UTF-8 (pipeline/formats/file_encoding.py) is read as UTF-8 first; a
+    `.gz` name is read as the suffix before it (`runs.jsonl.gz` as JSONL)."""
+    if path.suffix.lower() in PARQUET_SUFFIXES:  # compressed within; `.parquet.gz` is not a form pyarrow reads
         yield from _parquet_documents(path)
         return
-    encoded = sniff(path) is not None
+    suffix = content_suffix(path)
+    encoding = sniff(path)
+    encoded = encoding is not None
     if suffix in JSONL_SUFFIXES:
-        with path.open("rb") if not encoded else io.BytesIO(utf8_bytes(path)) as handle:
+        with _jsonl_bytes(path, encoding) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -127,6 +129,18 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
             yield Malformed(str(path), str(exc), data.decode("utf-8", "backslashreplace"))
             return
         yield Document(str(path), text)
+
+
+def _jsonl_bytes(path: Path, encoding: str | None):
+    """A JSONL file's lines as UTF-8 bytes. Plain and gzipped UTF-8 are streamed (a dataset's `.jsonl.gz` can be
+    gigabytes); the other encodings are read whole and transcoded (`utf8_bytes`): exports that are rare and small."""
+    if encoding is None:
+        return path.open("rb")
+    if encoding == GZIP_ONLY:
+        import gzip
+
+        return gzip.open(path, "rb")
+    return io.BytesIO(utf8_bytes(path))
 
 
 def _yaml_document(path: Path, data: bytes) -> Document | Malformed:

@@ -1,7 +1,8 @@
 """What a file's bytes are before they are JSON: gzip-compressed, UTF-16/32, or UTF-8 with a BOM.
 
 Exporters write all of these under a `.jsonl` name (PowerShell's `Out-File` writes UTF-16 with a
-BOM; a gzip file keeps the name it was given). Read as UTF-8 lines, a UTF-16 file splits on the
+BOM; a gzip file keeps the name it was given), and datasets ship JSONL gzipped as `.jsonl.gz`, which is
+read as the `.jsonl` it holds (`content_suffix`). Read as UTF-8 lines, a UTF-16 file splits on the
 newline's first byte and leaves its NUL as a phantom last record, and a gzip file becomes lines of
 binary. `sniff` reads a file's first bytes and names what it is; `utf8_bytes` turns such a file into
 UTF-8 (the whole file in memory: these are the exception, the plain files keep streaming).
@@ -12,6 +13,7 @@ import gzip
 from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+GZIP_ONLY = "gzip-compressed"  # what `sniff` calls gzipped plain UTF-8
 # Longest first: UTF-32 LE's BOM begins with UTF-16 LE's.
 BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32"),
@@ -35,6 +37,26 @@ def _text_encoding(head: bytes) -> tuple[str, int, str] | None:
     return None
 
 
+# A compression suffix names how the bytes are stored; the suffix before it, what they are.
+COMPRESSED_SUFFIXES = {".gz"}
+
+
+def content_suffix(path: Path) -> str:
+    """The suffix that says what a file holds, lower case: `.jsonl` for `runs.jsonl` and `runs.jsonl.gz`."""
+    suffixes = [suffix.lower() for suffix in Path(path).suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSED_SUFFIXES:
+        return suffixes[-2]
+    return suffixes[-1] if suffixes else ""
+
+
+def content_stem(path: Path) -> str:
+    """The name without what `content_suffix` read: `runs` for `runs.jsonl.gz`, as for `runs.jsonl`."""
+    path = Path(path)
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
+        path = path.with_suffix("")
+    return path.stem
+
+
 def sniff(path: Path) -> str | None:
     """What the file is when it is not plain UTF-8 ("gzip-compressed", "UTF-16", ...); None if plain."""
     with Path(path).open("rb") as handle:
@@ -42,7 +64,7 @@ def sniff(path: Path) -> str | None:
     if head.startswith(GZIP_MAGIC):
         with gzip.open(path, "rb") as inner:
             text = _text_encoding(inner.read(4))
-        return "gzip-compressed" + (f" {text[2]}" if text else "")
+        return GZIP_ONLY + (f" {text[2]}" if text else "")
     text = _text_encoding(head)
     return text[2] if text else None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipeline.errors import UserFixableError
 from pipeline.formats.base import Document, iter_documents
+from pipeline.formats.file_encoding import content_suffix
 
 # Files ingestion reads when given a folder; licences, READMEs and configs beside the data are not data.
 DATA_SUFFIXES = {".json", ".jsonl", ".ndjson", ".traj", ".txt", ".log", ".parquet", ".yaml", ".yml"}
@@ -187,7 +188,7 @@ def _is_data_file(path: Path) -> bool:
 
 def _is_data_name(path: Path) -> bool:
     return (
-        path.suffix.lower() in DATA_SUFFIXES
+        content_suffix(path) in DATA_SUFFIXES
         and path.name.lower() not in SKIPPED_NAMES
         and not any(part.startswith(".") for part in path.parts[-1:])
     )
