@@ -255,8 +255,9 @@ ACTION = [{"role": "user", "content": "ls"}]
         (b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "not valid JSON"),
         ({"messages": ACTION, "max_tokens": 0}, 400, "field `max_tokens`"),
         ({"messages": ACTION, "model": "gpt-4"}, 404, "not served here"),
-        ({"messages": LONG_HISTORY}, 400, "context length of 512 tokens"),
-        ({"messages": ACTION, "max_tokens": 600}, 400, "context length of 512 tokens"),
+        # With no max_tokens the answer's budget is the room left; none left is said as such, not "-3500 more".
+        ({"messages": LONG_HISTORY}, 400, "leaves no room for an answer in the model's context length of 512 tokens"),
+        ({"messages": ACTION, "max_tokens": 600}, 400, "may take 600 more, past the model's context length of 512"),
         (
             {"messages": ACTION, "chat_template_kwargs": {"enable_thinking": False}},
             400,

@@ -160,7 +160,15 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
     prompt = model.prompt_ids(_messages(model, request, thinking))
     room = model.context_length - len(prompt)
     budget = request.token_limit() or min(default_max_tokens, room)
-    if budget > room or room < 1:
+    if room < 1:  # said apart: with no max_tokens the budget is what is left, and "may take -3500 more" said nothing
+        raise RequestError(
+            400,
+            f"the prompt is {len(prompt)} tokens, which leaves no room for an answer in the model's context length "
+            f"of {model.context_length} tokens: send fewer history turns or a shorter action",
+            "messages",
+            "context_length_exceeded",
+        )
+    if budget > room:
         raise RequestError(
             400,
             f"the prompt is {len(prompt)} tokens and the answer may take {budget} more, past the model's context "
