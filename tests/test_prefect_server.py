@@ -343,3 +343,39 @@ def test_gpu_job_templates_render_the_image_gpus_and_workspace_volume(template, 
     for step in path:
         value = value[step]
     assert value == expected
+
+
+def test_a_port_another_process_holds_is_refused_before_anything_starts(tmp_path):
+    """`prefect server start` on a held port exits at once, and the health check took whatever answered there, another
+    workspace's Prefect server among them, for this workspace's server and deployed to it. Now one line, status 2,
+    and no process started (no pid file)."""
+    project = copy_project(tmp_path / "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "pipeline.cli",
+                "--config",
+                "simulacra.yaml",
+                "server",
+                "start",
+                "--port",
+                str(port),
+            ],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert " ".join(started.stderr.split()) == (
+        f"server: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
+    )
+    assert not list((project / "ws").rglob("simulacra-*.pid"))

@@ -173,6 +173,14 @@ class LocalServer:
             if exc.code != 409:  # 409: it exists already
                 raise ServerError(f"creating the `{GPU_LIMIT}` concurrency limit failed: HTTP {exc.code}") from exc
 
+    def _require_free_port(self) -> None:
+        """Refuse a port another process holds, before anything starts (a UserFixableError naming the fix): there
+        `prefect server start` exits at once, and the health check found whatever answered on the port, another
+        workspace's Prefect server among them, and deployed this workspace's flows to it."""
+        from pipeline.serving.listening import listening_socket
+
+        listening_socket("127.0.0.1", self.port).close()
+
     def _wait_ready(self, server: subprocess.Popen) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not _healthy(self.api_url):
@@ -190,6 +198,7 @@ class LocalServer:
             raise ServerError("no project folder to deploy from")
         if self.pid("server") is not None:
             raise ServerError(f"a server from this workspace is already running (pid {self.pid('server')})")
+        self._require_free_port()
         make_private(self.home.parent)
         make_private(self.home)
         server = self._spawn("server", ["server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
