@@ -75,6 +75,25 @@ def test_a_workspace_its_owner_made_read_only_is_refused_and_left_as_set(shared_
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o555 and not any(workspace.iterdir())
 
 
+def test_a_workspace_that_is_a_file_is_named_as_one_not_as_a_mode_to_change(tmp_path):
+    """`workspace.path` set to a file (0644) was refused as a folder whose owner lacks rwx, with `chmod u+rwx` as the
+    fix; the command line says what it is, and the file is left as it was."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    placed = tmp_path / "notes.txt"
+    placed.write_text("mine\n")
+    placed.chmod(0o644)
+    flawed = Path(__file__).resolve().parents[1] / "data" / "demo" / "flawed.jsonl"
+    result = CliRunner().invoke(app, ["--set", f"workspace.path={placed}", "ingest", str(flawed)])
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()) == (
+        f"ingest: {placed} is a file, not a folder: set `workspace.path` to a folder, or move the file away"
+    )
+    assert placed.read_text() == "mine\n" and stat.S_IMODE(placed.stat().st_mode) == 0o644
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
 def test_another_user_reads_neither_the_store_nor_prefects_database(shared_folder):
     workspace = shared_folder / "workspace"

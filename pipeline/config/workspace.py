@@ -29,6 +29,13 @@ class OwnerLockedOut(UserFixableError):
         )
 
 
+class NotAFolder(UserFixableError):
+    """A workspace (or a folder in it) where a file is: its mode is no matter, and `chmod u+rwx` would not help."""
+
+    def __init__(self, folder: Path):
+        super().__init__(f"{folder} is a file, not a folder: set `workspace.path` to a folder, or move the file away")
+
+
 def make_private(folder: Path) -> Path:
     """Create `folder`, and each missing parent, readable by its owner alone; an existing `folder`
     open to others is closed (a workspace made before issue 20 was 0755), and one its owner cannot
@@ -36,7 +43,10 @@ def make_private(folder: Path) -> Path:
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     for path in reversed(missing):
         path.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)  # exist_ok: another process may race us
-    mode = stat.S_IMODE(folder.stat().st_mode)
+    status = folder.stat()
+    if not stat.S_ISDIR(status.st_mode):  # a file's 0644 read as a folder's was "chmod u+rwx" advice
+        raise NotAFolder(folder)
+    mode = stat.S_IMODE(status.st_mode)
     if mode & PRIVATE_FOLDER != PRIVATE_FOLDER:
         raise OwnerLockedOut(folder, mode)
     # Never a source checkout (a workspace or Prefect home placed at a repository's root): its modes are the
