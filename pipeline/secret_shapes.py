@@ -19,11 +19,36 @@ SHAPES = {
     "AWS access key id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     "Google API key": r"\bAIza[0-9A-Za-z_\-]{35}",
     "Slack token": r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
+    "Stripe secret key": r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
+    "GitLab token": r"\bglpat-[A-Za-z0-9_\-]{20,}",
+    "npm token": r"\bnpm_[A-Za-z0-9]{36}\b",
+    "PyPI token": r"\bpypi-AgE[A-Za-z0-9_\-]{50,}",
+    "SendGrid API key": r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
+    "Google OAuth access token": r"\bya29\.[A-Za-z0-9_\-]{20,}",
+    "DigitalOcean token": r"\bdo[por]_v1_[a-f0-9]{64}\b",
+    # A signed token's three parts; its header and claims are base64url JSON objects, so both begin `eyJ` (`{"`).
+    "JSON Web Token": r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+    "Azure storage account key": r"\bAccountKey=[A-Za-z0-9+/]{40,}={0,2}",
+    # The secret key has no prefix of its own; in a credentials file or the environment its name stands before it.
+    # Unquoted forms only: across a JSON string's quotes the replacement would leave the JSON invalid.
+    "AWS secret access key": r"\b(?i:aws_secret_access_key)\s*[:=]\s*[A-Za-z0-9/+]{40}\b",
+    # An HTTP credential whatever issued it (`Authorization: Bearer ...` in a curl command or a log). Twenty
+    # characters and more: a placeholder such as `$TOKEN` or `<token>` is left as written.
+    "bearer token": r"\b(?i:bearer)\s+[A-Za-z0-9_\-.~+/]{20,}=*",
     # Its body stops at a quote: inside JSON text (a tool's arguments, a cached request) the replacement stays within
     # one string, so the JSON stays valid however the fields around it read.
     "private key": r'-----BEGIN [A-Z ]*PRIVATE KEY-----[^"]*?-----END [A-Z ]*PRIVATE KEY-----',
 }
-PATTERN = "|".join(f"(?:{shape})" for shape in SHAPES.values())
+# The shapes that start a word share one `\b` in front of their alternation: Python's `re` then tries the
+# alternation only where a word starts, where a `\b` in each branch had it try every branch at every character.
+# bench/redaction.py: all 18 shapes, a `\b` per branch, 2.80x the time of the 7 before them; shared, 0.32x; RE2
+# the same for all three. The same text matches either way.
+_WORD_START = r"\b"
+_AT_WORD_START = [shape.removeprefix(_WORD_START) for shape in SHAPES.values() if shape.startswith(_WORD_START)]
+_ANYWHERE = [shape for shape in SHAPES.values() if not shape.startswith(_WORD_START)]
+PATTERN = "|".join(
+    [_WORD_START + "(?:" + "|".join(f"(?:{shape})" for shape in _AT_WORD_START) + ")", *(f"(?:{s})" for s in _ANYWHERE)]
+)
 _COMPILED = re.compile(PATTERN)
 
 

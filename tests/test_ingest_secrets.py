@@ -22,6 +22,17 @@ KEYS = {
     "AWS access key id": "AKIA2E0A8F3B244C9986",
     "Google API key": "AIzaSyD-1234567890abcdefghijklmnopqrstu",
     "Slack token": "xoxb-2048-4096-abcdefABCDEF",
+    "Stripe secret key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "GitLab token": "glpat-xYz12AbC34dEf56GhI78jK",
+    "npm token": "npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "PyPI token": "pypi-AgEIcHlwaS5vcmcCJGE0ZDc3NzQ2LTQ5NjAtNGIyMy1hYWU1LWZlN2M0NjFmNjEwOAACKlszLCJkZjA",
+    "SendGrid API key": "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",
+    "Google OAuth access token": "ya29.a0AfH6SMBx3Yk9Lq2Wm7Tz5Rv8Np1Qs4",
+    "DigitalOcean token": "dop_v1_" + "0123456789abcdef" * 4,
+    "JSON Web Token": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "Azure storage account key": "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+    "AWS secret access key": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "bearer token": "Bearer 9f2c4e6a8b0d1f3e5a7c9b1d3f5e7a9c",
     "private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
 }
 # Text of the same look that is not a credential: kept as it is.
@@ -31,6 +42,13 @@ LOOKALIKES = [
     "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
     "AKIA-not-a-key",
     "see hf_hub_download for details",
+    "sk_live_short",
+    "curl -H 'Authorization: Bearer $TOKEN' https://api.example.com",
+    "the bearer of this letter",
+    "eyJhbGciOiJIUzI1NiJ9 alone is a header, not a token",
+    "npm_config_cache=/tmp/npm",
+    "aws_secret_access_key = <your secret key>",
+    "AccountKey=short;",
 ]
 
 
@@ -139,3 +157,34 @@ def test_a_store_ingested_before_redaction_is_swept_when_it_is_next_opened_for_w
     assert observations == [f"OPENAI_API_KEY={REDACTED}\n", "disk-0123456789abcdefghijklmnop"]
     assert request["messages"][0]["content"] == f"{REDACTED} and {REDACTED}"
     assert (answer, description) == (f"echo {REDACTED}", f"key {REDACTED}")
+
+
+def test_a_store_swept_before_the_later_shapes_is_swept_for_them_when_next_opened(config):
+    """Migration 13: a store that migration 12 swept before JSON Web Tokens, bearer tokens and the rest were shapes
+    holds them as ingested; opened for writing, it is swept again, and text that only resembles them is kept."""
+    later = [
+        kind
+        for kind in KEYS
+        if kind
+        not in {
+            "OpenAI or Anthropic API key",
+            "Hugging Face token",
+            "GitHub token",
+            "AWS access key id",
+            "Google API key",
+            "Slack token",
+            "private key",
+        }
+    ]
+    with Store(config.workspace.database_path) as store:
+        for index, kind in enumerate(later):
+            store.execute(f"INSERT INTO turns VALUES ('t1', {index}, 'env', ?, NULL, false, NULL)", [f"{KEYS[kind]}\n"])
+        store.execute(
+            f"INSERT INTO turns VALUES ('t1', {len(later)}, 'ls', ?, NULL, false, NULL)", [" ".join(LOOKALIKES)]
+        )
+        store.execute("DELETE FROM schema_migrations WHERE version = 13")  # as a store written before it
+    with Store(config.workspace.database_path) as store:
+        assert store.scalar("SELECT count(*) FROM schema_migrations WHERE version = 13") == 1
+        observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
+    assert len(later) == 11
+    assert observations == [f"{REDACTED}\n"] * len(later) + [" ".join(LOOKALIKES)]
