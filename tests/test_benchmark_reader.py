@@ -210,3 +210,22 @@ def test_the_eval_set_counts_the_repeats_it_passed_over(tmp_path):
     items, counts, name = _benchmark_items(config, [_opening_alike(tmp_path, 3)])
     assert (len(items), counts["repeats"], counts["items_read"]) == (4, 2, 6)
     assert "2 items repeating another's query" in name
+
+
+def test_a_folder_is_read_as_ingest_reads_one_its_licence_and_readme_left_out(tmp_path):
+    """`evaluate --data FOLDER` read every file in it: the public folders' LICENSE files counted as three records
+    failing to parse in `make learn`. A folder's walk now takes ingest's data files, a gzipped one among them; a file
+    named on its own is read whatever its name."""
+    import gzip
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    _write_jsonl(folder / "runs.jsonl", [_trajectory([("ls", "a b", {})])])
+    (folder / "more.jsonl.gz").write_bytes(gzip.compress(json.dumps(_trajectory([("pwd", "/w", {})])).encode()))
+    (folder / "LICENSE").write_text("MIT License\n\nPermission is hereby granted, free of charge ...\n")
+    (folder / "README.md").write_text("# Trajectories\n\n> published with the paper\n")
+    read = read_benchmark([str(folder)], "benchmark_target", None)
+    assert sorted(item.query.action for item in read.items) == ["ls", "pwd"]
+    assert (read.records_read, read.records_failed) == (2, 0)
+    named = read_benchmark([str(folder / "LICENSE")], "benchmark_target", None)
+    assert (named.records_read, named.records_failed) == (1, 1)  # asked for by name: read, and said why it failed

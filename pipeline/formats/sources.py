@@ -148,7 +148,7 @@ def _folder_files(folder: Path, not_read: list[NotRead], skipped: list[Skipped])
         subfolders[:] = kept  # os.walk descends into what is left here
         for name in sorted(names):
             candidate = here / name
-            if _is_data_name(candidate) and _loops(candidate):
+            if is_data_name(candidate) and _loops(candidate):
                 skipped.append(Skipped(str(candidate), "a symbolic link loop: not read"))
                 continue
             if not _is_data_file(candidate):
@@ -183,10 +183,11 @@ def _second_visit(path: Path, first: Path, kind: str) -> str:
 
 
 def _is_data_file(path: Path) -> bool:
-    return path.is_file() and _is_data_name(path)
+    return path.is_file() and is_data_name(path)
 
 
-def _is_data_name(path: Path) -> bool:
+def is_data_name(path: Path) -> bool:
+    """A name a folder's walk reads: a data suffix (`.gz` over one too), not a licence or README, not hidden."""
     return (
         content_suffix(path) in DATA_SUFFIXES
         and path.name.lower() not in SKIPPED_NAMES
