@@ -699,8 +699,10 @@ def run_pipeline(
     configure(_config().workspace.prefect_home)
     from flows.dag import StageFailed
     from flows.world_model import world_model_pipeline
+    from pipeline.orchestration.console_log import quiet_fixable_tracebacks
     from pipeline.orchestration.temporary_server import start_temporary_server
 
+    quiet_fixable_tracebacks()  # a fixable failure is its one line on the terminal (the stored log keeps all)
     start_temporary_server()  # where Prefect would start one itself: apart from the terminal's ctrl-C
 
     path = _state.get("config_path")

@@ -29,7 +29,15 @@ from pipeline.formats import jsonl_lines
 from pipeline.formats import simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.formats.file_encoding import content_stem, sniff
-from pipeline.formats.sources import Input, NotRead, Skipped, expand
+from pipeline.formats.sources import (
+    Input,
+    InputNotFound,
+    NotAFile,
+    NotRead,
+    Skipped,
+    configured_source_error,
+    expand,
+)
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.secret_shapes import redact_shapes, sql_redact_rows
@@ -96,7 +104,12 @@ def run(
     skipped: list[Skipped] = []  # links back into a folder, second names of a file: read once, nothing to fix
     decoded: list[str] = []  # files read through a decoding, and what they were
     for source in sources:
-        inputs = expand(source.path, not_read, skipped)
+        try:
+            inputs = expand(source.path, not_read, skipped)
+        except (InputNotFound, NotAFile) as exc:
+            if paths:  # the command line's own path: its error names it already
+                raise
+            raise configured_source_error(source.name, exc) from None
         totals = per_source.setdefault(source.name, Counts())
         for item in inputs:
             try:

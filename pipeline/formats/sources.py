@@ -31,6 +31,12 @@ class NotAFile(UserFixableError):
     a socket, a device, a symbolic link loop."""
 
 
+def configured_source_error(name: str, exc: UserFixableError) -> UserFixableError:
+    """A configured source's path that names nothing readable, said with the source it belongs to: under `simulacra
+    run` the bare "/data/...: no such file" did not say it came from the config, nor which source to correct."""
+    return type(exc)(f"source `{name}` (ingest.sources): {exc}: correct its `path` in the config, or remove it")
+
+
 @dataclass(frozen=True)
 class Input:
     path: str

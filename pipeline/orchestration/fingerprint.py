@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SimulacraConfig
-from pipeline.formats.sources import expand
+from pipeline.formats.sources import InputNotFound, NotAFile, configured_source_error, expand
 from pipeline.store.content_digests import ContentDigests
 from pipeline.store.database import Store
 
@@ -48,13 +48,20 @@ def relations(*read: tuple[str, str]) -> InputProbe:
     return lambda config, store: {relation: store.table_fingerprint(relation, columns) for relation, columns in read}
 
 
-def source_files(specs: list[str], digests: ContentDigests) -> str:
+def source_files(specs: list[str], digests: ContentDigests, names: list[str] | None = None) -> str:
     """Digest of the inputs the specs expand to, by path and bytes: a new, removed or edited file
-    changes it, whatever its size and times (issue 8.4); an unchanged one is not read again."""
+    changes it, whatever its size and times (issue 8.4); an unchanged one is not read again. `names`: the
+    configured sources the specs are the paths of, named in the error when one is not there."""
     digest = hashlib.sha256()
-    for spec in specs:
+    for index, spec in enumerate(specs):
         digest.update(spec.encode() + b"\0")
-        for item in expand(spec):
+        try:
+            inputs = expand(spec)
+        except (InputNotFound, NotAFile) as exc:
+            if names is None:
+                raise
+            raise configured_source_error(names[index], exc) from None
+        for item in inputs:
             content = item.digest() if item.is_hf else digests.sha256(Path(item.path))
             digest.update(f"{item.path}\0{content}\0".encode())
     return digest.hexdigest()[:16]
@@ -62,7 +69,8 @@ def source_files(specs: list[str], digests: ContentDigests) -> str:
 
 def _ingest_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
     with ContentDigests.of_workspace(config.workspace.root) as digests:
-        return {"sources": source_files([source.path for source in config.ingest.sources], digests)}
+        sources = config.ingest.sources
+        return {"sources": source_files([s.path for s in sources], digests, [s.name for s in sources])}
 
 
 def _cpt_inputs(config: SimulacraConfig, store: Store) -> dict[str, str]:
