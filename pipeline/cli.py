@@ -32,6 +32,14 @@ from pipeline.errors import (
 from pipeline.llm.batching import DRAFT_TOKENS  # the standard library only at import
 
 console = Console(stderr=True)
+
+
+def table_console() -> Console:
+    """Where a command prints its tables. Not a terminal (a pipe, a file, a CI log): 160 columns, where rich's
+    default of 80 cut `simulacra stats`'s headers and sources to "sou…", "turn_…", "termi…"."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 # Stages that load the base model or a checkpoint trained from it: `simulacra run` of any of them converts a GGUF
 # base in the background while the flow starts (pipeline/training/gguf_base.py: start_background_conversion).
 MODEL_STAGES = {"cpt", "sft", "rl", "evaluate", "fidelity"}
@@ -446,7 +454,7 @@ def _show_evaluation(result) -> None:
     from pipeline.evaluation.report import judge_caption
     from pipeline.sft.judging import CRITERIA
 
-    out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
+    out = table_console()
     rows = result.tables["evaluate-table"]
     judge = result.metrics["judge"]
     # Every mean is printed with its 95% interval over targets, as lm-evaluation-harness prints a stderr (issue 28).
@@ -529,7 +537,7 @@ def fidelity(
 
     with _store() as store:
         result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
-    out = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps the table's columns whole
+    out = table_console()
     _print_rows(
         out,
         [row for row in result.tables["fidelity-divergence"] if row["domain"] == "all"],
@@ -590,7 +598,7 @@ def formats() -> None:
             table.add_row(name, "other", "Any JSONL, through `field_mapping` in the source's config (never detected).")
         else:
             table.add_row(name, adapter.default_domain, adapter.description)
-    Console().print(table)
+    table_console().print(table)
 
 
 @app.command()
@@ -603,7 +611,7 @@ def stats(as_json: Annotated[bool, typer.Option("--json", help="Print the number
     if as_json:
         print(json.dumps(numbers, indent=2, default=str))
         return
-    out = Console()
+    out = table_console()
     for name, rows in numbers.items():
         if not rows:
             continue
@@ -715,7 +723,7 @@ def run_pipeline(
         table = Table("stage", "status", "fingerprint", "summary")
         for outcome in outcomes:
             table.add_row(outcome.stage, outcome.status, outcome.fingerprint, outcome.summary)
-        Console().print(table)
+        table_console().print(table)
     if failure is None and any(outcome.stage == "evaluate" for outcome in outcomes or ()):
         _show_run_evaluation()
     if failure is not None and failure.fixable:  # its message names what to do first; a rerun alone would fail again
