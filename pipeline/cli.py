@@ -142,8 +142,11 @@ def ingest(
     rescan: Annotated[bool, typer.Option(help="Re-read files already ingested with the same content.")] = False,
 ) -> None:
     """Read trajectories into the store; malformed records go to quarantine with their reason."""
+    from pipeline.store.schema import DOMAINS
     from stages import ingest as stage
 
+    if domain is not None and domain not in DOMAINS:  # else pydantic's four lines and its web address
+        raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
     config = _config()
     if not paths and not config.ingest.sources:
         console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config", soft_wrap=True)

@@ -85,6 +85,13 @@ CASES = [
         "ingest: cannot write {workspace}: it is mode 0555, which withholds rwx from its owner",
     ),
     (
+        "ingest with a domain that is none",  # was pydantic's four lines, its web address among them
+        [],
+        ["ingest", "--domain", "spaceship", TERMINAL],
+        "ingest: unknown domain `spaceship`: --domain is one of terminal, swe, mcp, search, web, android, os, "
+        "text-game, other",
+    ),
+    (
         "stats before any data",
         [],
         ["stats"],
