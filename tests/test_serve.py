@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from pipeline.config.model import TinyModelConfig
 from pipeline.serving.environment import WorldModelEnvironment
@@ -834,6 +835,13 @@ def test_vllm_command_carries_what_the_export_recorded(folder, tmp_path, think_t
         (["--engine", "vllm"], "serve: vLLM is not installed: `pip install -e .[gpu]`"),
         (["--engine", "sglang"], "serve: unknown engine `sglang`"),
         (["--", "--tensor-parallel-size", "2"], "serve: unexpected arguments --tensor-parallel-size 2"),
+        # Were torch's traceback once the weights were read (pipeline/llm/devices.py).
+        (["--port", "0", "--device", "tpu"], "serve: --device is `tpu`: not a device torch names; use one of auto"),
+        pytest.param(
+            ["--port", "0", "--device", "cuda"],
+            "serve: --device is `cuda`: this machine has no CUDA GPU torch can use",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU serves it"),
+        ),
     ],
 )
 def test_serve_refuses_with_one_line(folder, tmp_path, arguments, message):

@@ -51,15 +51,13 @@ class TeacherForcing:
     """A local checkpoint, loaded once, scoring sequences a batch at a time."""
 
     def __init__(self, model_path: str, max_length: int, batch_size: int, device: str = "auto"):
-        import torch
-
+        from pipeline.llm.devices import resolve_device
         from pipeline.training.models import ensure_chatml_tokens, load_causal_lm, load_tokenizer
         from pipeline.training.token_loss import install_token_loss, resolve_loss_implementation
 
+        device = resolve_device(device, "evaluate.predictor.device")
         self.tokenizer = load_tokenizer(model_path)
         ensure_chatml_tokens(self.tokenizer)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = load_causal_lm(model_path).to(device).eval()
         install_token_loss(self.model, resolve_loss_implementation("auto"))
         self.builder = SequenceBuilder(self.tokenizer, max_length, seed=0)

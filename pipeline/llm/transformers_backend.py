@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.chat import ChatRequest, Completion
+from pipeline.llm.devices import resolve_device
 from pipeline.llm.retry import EndpointError
 from pipeline.llm.thinking_format import THINK_CLOSE, THINK_OPEN
 
@@ -41,14 +42,6 @@ if TYPE_CHECKING:  # imported where used: it imports torch
     from pipeline.llm.batching import Scheduler
 
 Send = Callable[[list[ChatRequest]], Awaitable[list[Completion]]]
-
-
-def _device(choice: str) -> str:
-    import torch
-
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return choice
 
 
 def request_seed(seed: int | None, request: ChatRequest) -> int | None:
@@ -123,11 +116,12 @@ class TransformersBackend:
             from pipeline.training.tiny_model import IM_END
 
             ref = str(self.endpoint.model)
+            device = resolve_device(self.endpoint.device, f"the `device` of the transformers endpoint for {ref}")
             tokenizer = load_tokenizer(ref)
             if not tokenizer.chat_template:
                 raise ValueError(f"transformers backend: the tokenizer of {ref} has no chat template")
             tokenizer.padding_side = "left"
-            model = use_packed_attention(load_causal_lm(ref).to(_device(self.endpoint.device)).eval())
+            model = use_packed_attention(load_causal_lm(ref).to(device).eval())
             if self.endpoint.quantize == "int8":
                 model = int8_weights(model)
             stops = {tokenizer.eos_token_id}

@@ -6,6 +6,7 @@ serve --engine vllm` runs the same folder on vLLM (pipeline/serving/vllm_engine.
 
 from pathlib import Path
 
+from pipeline.llm.devices import resolve_device
 from pipeline.llm.packed_attention import use_packed_attention
 from pipeline.serving.chatml import PromptTokens
 from pipeline.serving.export_folder import read_metadata
@@ -14,7 +15,6 @@ from pipeline.serving.prompt_formats import prompt_format
 
 class WorldModel:
     def __init__(self, model_dir: Path, device: str = "auto"):
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -25,8 +25,7 @@ class WorldModel:
         self.format = prompt_format(self.metadata["prompt_format"], self.metadata.get("thinking"))
         self.context_length: int = self.metadata["context_length"]
         self.stop_token_ids: list[int] = self.metadata["stop_token_ids"]
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(device, "--device")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = use_packed_attention(AutoModelForCausalLM.from_pretrained(self.model_dir).to(device).eval())
         self._prompt_tokens = PromptTokens(self.tokenizer, self.format.thinking)
