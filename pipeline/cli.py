@@ -687,7 +687,7 @@ def run_pipeline(
     A stage whose fingerprint already completed is skipped; one that failed part-way resumes.
     """
     from pipeline.config.orchestration import STAGE_ORDER
-    from pipeline.orchestration.prefect_env import configure
+    from pipeline.orchestration.prefect_env import check_prefect_database, configure
 
     if config is not None:
         _state["config_path"] = config
@@ -702,6 +702,7 @@ def run_pipeline(
             soft_wrap=True,
         )
         raise typer.Exit(2)
+    check_prefect_database(_config().workspace.prefect_home)  # before Prefect's server tries it for minutes
     if chosen is None or set(chosen) & MODEL_STAGES:
         from pipeline.training.gguf_base import start_background_conversion
 

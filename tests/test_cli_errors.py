@@ -255,3 +255,21 @@ def test_credentials_in_a_url_stop_a_pipeline_run_before_prefect_records_its_par
     assert result.exit_code == 2 and "SECRET" not in result.stderr
     assert "field `evaluate.judge.endpoint.base_url`: the URL holds credentials (user info)" in result.stderr
     assert not (tmp_path / "prefect").exists()
+
+
+def test_a_prefect_database_sqlite_cannot_read_is_one_line_before_any_server_starts(tmp_path):
+    """Overwritten, Prefect's database had its server fail on every try: 29 tracebacks over two minutes. Now one
+    line naming the file and the fix, at once; the store is not touched, and the file is left as it was."""
+    database = tmp_path / "prefect" / "prefect.db"
+    database.parent.mkdir(parents=True)
+    database.write_bytes(b"not SQLite " * 500)
+    result = simulacra(
+        tmp_path, "--set", f"ingest.sources=[{{name: t, path: {TERMINAL}}}]", "run", "--stages", "ingest"
+    )
+    assert result.exit_code == 2
+    [printed] = result.stderr.splitlines()
+    assert printed == (
+        f"run: Prefect's database {database} cannot be read (file is not a database): it holds Prefect's run history, "
+        f"not the store; move it aside (`mv {database} {database}.unreadable`) and rerun: Prefect starts a new one"
+    )
+    assert database.read_bytes() == b"not SQLite " * 500 and not (tmp_path / "simulacra.duckdb").exists()

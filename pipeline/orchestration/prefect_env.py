@@ -39,3 +39,30 @@ def configure(prefect_home: Path) -> None:
         return
     for name, value in prefect_environment(prefect_home).items():
         os.environ.setdefault(name, value)
+
+
+# Where Prefect keeps its database unless one of these names another (a team's PostgreSQL, say).
+DATABASE_URL_VARIABLES = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
+
+
+def check_prefect_database(prefect_home: Path) -> None:
+    """Refuse, in one line, a Prefect database SQLite cannot read: Prefect's server then failed to start on every
+    try, and `simulacra run` printed 29 tracebacks (3,309 lines) over two minutes before "Timed out while
+    attempting to connect" (found by probing, 2026-12-06, with the file overwritten). The header and schema are
+    read, not the whole file: a workspace's run history grows to hundreds of MB."""
+    import sqlite3
+    from contextlib import closing
+
+    from pipeline.errors import UserFixableError
+
+    path = prefect_home / "prefect.db"
+    if any(os.environ.get(name) for name in DATABASE_URL_VARIABLES) or not path.is_file() or not path.stat().st_size:
+        return
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as database:
+            database.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise UserFixableError(
+            f"Prefect's database {path} cannot be read ({exc}): it holds Prefect's run history, not the store; "
+            f"move it aside (`mv {path} {path}.unreadable`) and rerun: Prefect starts a new one"
+        ) from None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pipeline.config.workspace import make_private
 from pipeline.orchestration.deployments import write_bound
-from pipeline.orchestration.prefect_env import prefect_environment
+from pipeline.orchestration.prefect_env import check_prefect_database, prefect_environment
 
 PROCESS_POOL = "simulacra-process"
 # (pool, worker type, base job template relative to the project folder; None: the type's default).
@@ -199,6 +199,7 @@ class LocalServer:
         if self.pid("server") is not None:
             raise ServerError(f"a server from this workspace is already running (pid {self.pid('server')})")
         self._require_free_port()
+        check_prefect_database(self.home)
         make_private(self.home.parent)
         make_private(self.home)
         server = self._spawn("server", ["server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
