@@ -23,7 +23,9 @@ def test_a_name_torch_does_not_know_is_refused_naming_the_setting(choice):
 def test_a_gpu_this_machine_lacks_is_refused_with_what_it_has():
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        with pytest.raises(UserFixableError, match=r"^--device is `cuda:1`: this machine has no CUDA GPU torch can use"):
+        with pytest.raises(
+            UserFixableError, match=r"^--device is `cuda:1`: this machine has no CUDA GPU torch can use"
+        ):
             resolve_device("cuda:1", "--device")
     else:
         assert resolve_device("cuda:0", "--device") == "cuda:0"

@@ -19,14 +19,13 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 # Prefect's logging set up now, at collection, as a `simulacra run` process sets it up before any stage runs. Set up
 # first inside `simulacra run` under CliRunner, after an earlier test imported absl (the ROUGE metric), its
 # dictConfig closed absl's handler, and absl closed that handler's stream: pytest's own stderr, which took the
 # rest of the run with it ("lost sys.stderr"). Only this file run alone met it; the whole suite imports Prefect
 # at collection (tests/test_flows.py).
 import prefect.main  # noqa: F401
+import pytest
 
 from pipeline.config import load_config
 from pipeline.config.model import TinyModelConfig
