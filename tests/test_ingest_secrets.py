@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from pipeline.formats.simulacra_jsonl import to_record
-from pipeline.secret_shapes import PATTERN, REDACTED, redact_shapes, secret_kind, sql_redacted
+from pipeline.secret_shapes import FIRST_SHAPES, PATTERN, REDACTED, redact_shapes, secret_kind, sql_redacted
 from pipeline.store.database import Store
 from pipeline.store.schema import SystemPrompt, Trajectory, Turn
 from stages import ingest
@@ -162,20 +162,7 @@ def test_a_store_ingested_before_redaction_is_swept_when_it_is_next_opened_for_w
 def test_a_store_swept_before_the_later_shapes_is_swept_for_them_when_next_opened(config):
     """Migration 13: a store that migration 12 swept before JSON Web Tokens, bearer tokens and the rest were shapes
     holds them as ingested; opened for writing, it is swept again, and text that only resembles them is kept."""
-    later = [
-        kind
-        for kind in KEYS
-        if kind
-        not in {
-            "OpenAI or Anthropic API key",
-            "Hugging Face token",
-            "GitHub token",
-            "AWS access key id",
-            "Google API key",
-            "Slack token",
-            "private key",
-        }
-    ]
+    later = [kind for kind in KEYS if kind not in FIRST_SHAPES]
     with Store(config.workspace.database_path) as store:
         for index, kind in enumerate(later):
             store.execute(f"INSERT INTO turns VALUES ('t1', {index}, 'env', ?, NULL, false, NULL)", [f"{KEYS[kind]}\n"])
