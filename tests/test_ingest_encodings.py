@@ -57,12 +57,14 @@ def test_a_plain_file_is_not_reported_as_decoded(tmp_path):
 def test_a_gzipped_dataset_named_jsonl_gz_is_read_as_jsonl_in_a_folder_and_alone(tmp_path):
     """How datasets ship JSONL (`train.jsonl.gz`): it was read as one JSON document, and a file of 120 trajectories
     became one quarantined record, "no format adapter recognises this file". In a folder it is found beside the
-    plain files, and a source named after it drops both suffixes. A `.gz` whose inner name is no data file stays out."""
+    plain files, and a source named after it drops both suffixes. A `.gz` whose inner name is no data file (or is
+Parquet, which compresses within) stays out."""
     folder = tmp_path / "runs"
     folder.mkdir()
     (folder / "train.jsonl.gz").write_bytes(gzip.compress(TERMINAL.read_bytes()))
     (folder / "more.jsonl").write_bytes(three_records())
     (folder / "notes.gz").write_bytes(gzip.compress(b"not data"))
+    (folder / "table.parquet.gz").write_bytes(gzip.compress(b"PAR1"))  # pyarrow reads no gzipped Parquet
     config = load_config(None, [{"workspace": {"path": str(tmp_path / "ws")}}])
     with Store(config.workspace.database_path) as store:
         alone = ingest.run(config, store, paths=[str(folder / "train.jsonl.gz")])
@@ -70,6 +72,6 @@ def test_a_gzipped_dataset_named_jsonl_gz_is_read_as_jsonl_in_a_folder_and_alone
         assert store.rows("SELECT DISTINCT source FROM trajectories") == [{"source": "train"}]
         both = ingest.run(config, store, paths=[str(folder)])
         quarantined = store.scalar("SELECT count(*) FROM quarantine")
-    assert both.metrics["files_read"] == 2  # the .jsonl.gz and the .jsonl; notes.gz is not a data file
+    assert both.metrics["files_read"] == 2  # the .jsonl.gz and the .jsonl; notes.gz and table.parquet.gz are not data
     # The folder is a source of its own: every record is one the first run added (more.jsonl: its first three).
     assert (both.metrics["records_read"], both.metrics["duplicates"], quarantined) == (123, 123, 0)

@@ -96,10 +96,10 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
     """Yield the documents of one file, or `Malformed` for the parts that cannot be decoded. A file
     that is gzip-compressed or not UTF-8 (pipeline/formats/file_encoding.py) is read as UTF-8 first; a
     `.gz` name is read as the suffix before it (`runs.jsonl.gz` as JSONL)."""
-    if path.suffix.lower() in PARQUET_SUFFIXES:  # compressed within; `.parquet.gz` is not a form pyarrow reads
+    suffix = content_suffix(path)
+    if suffix in PARQUET_SUFFIXES:
         yield from _parquet_documents(path)
         return
-    suffix = content_suffix(path)
     encoding = sniff(path)
     encoded = encoding is not None
     if suffix in JSONL_SUFFIXES:

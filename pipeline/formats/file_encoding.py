@@ -42,9 +42,10 @@ COMPRESSED_SUFFIXES = {".gz"}
 
 
 def content_suffix(path: Path) -> str:
-    """The suffix that says what a file holds, lower case: `.jsonl` for `runs.jsonl` and `runs.jsonl.gz`."""
+    """The suffix that says what a file holds, lower case: `.jsonl` for `runs.jsonl` and `runs.jsonl.gz`. Parquet
+    compresses within; pyarrow reads no `.parquet.gz`, which stays a `.gz`."""
     suffixes = [suffix.lower() for suffix in Path(path).suffixes]
-    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSED_SUFFIXES:
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSED_SUFFIXES and suffixes[-2] != ".parquet":
         return suffixes[-2]
     return suffixes[-1] if suffixes else ""
 
