@@ -56,9 +56,9 @@ def test_a_plain_file_is_not_reported_as_decoded(tmp_path):
 
 def test_a_gzipped_dataset_named_jsonl_gz_is_read_as_jsonl_in_a_folder_and_alone(tmp_path):
     """How datasets ship JSONL (`train.jsonl.gz`): it was read as one JSON document, and a file of 120 trajectories
-    became one quarantined record, "no format adapter recognises this file". In a folder it is found beside the
-    plain files, and a source named after it drops both suffixes. A `.gz` whose inner name is no data file (or is
-Parquet, which compresses within) stays out."""
+        became one quarantined record, "no format adapter recognises this file". In a folder it is found beside the
+        plain files, and a source named after it drops both suffixes. A `.gz` whose inner name is no data file (or is
+    Parquet, which compresses within) stays out."""
     folder = tmp_path / "runs"
     folder.mkdir()
     (folder / "train.jsonl.gz").write_bytes(gzip.compress(TERMINAL.read_bytes()))
