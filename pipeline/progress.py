@@ -90,7 +90,7 @@ class ProgressLines:
         self.last_step = int(done / total / LINE_EVERY_FRACTION) if total else 0
         self.lines = 0  # progress lines printed, the start line aside
         if total and done:
-            self._print(f"{description}: resumed, {done} of {total} done before, {total - done} to do")
+            self._print(f"{description}: {done} of {total} done before, {total - done} to do")
         elif total:
             self._print(f"{description}: started, {total} to do")
 

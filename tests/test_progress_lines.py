@@ -126,7 +126,7 @@ def test_a_resumed_bar_counts_only_this_runs_work():
         clock.now += 60.0
         bar.advance(completed)
     assert printed == [
-        "rl training steps: resumed, 4 of 8 done before, 4 to do",
+        "rl training steps: 4 of 8 done before, 4 to do",
         "rl training steps: 5/8 (62%), 0.0167/s, elapsed 1:00, eta 3:00",
         "rl training steps: 6/8 (75%), 0.0167/s, elapsed 2:00, eta 2:00",
         "rl training steps: 7/8 (88%), 0.0167/s, elapsed 3:00, eta 1:00",
@@ -142,7 +142,7 @@ def test_progress_bar_starts_a_resumed_run_where_it_was(capsys, monkeypatch):
     seen = []
     monkeypatch.setattr(progress, "OBSERVERS", [lambda *args: seen.append(args)])
     with progress_bar("rl training steps", total=8, done=4) as advance:
-        assert capsys.readouterr().err == "rl training steps: resumed, 4 of 8 done before, 4 to do\n"
+        assert capsys.readouterr().err == "rl training steps: 4 of 8 done before, 4 to do\n"
         assert seen == [("rl training steps", 4, 8)]
         advance(1)
     assert seen[-1] == ("rl training steps", 5, 8)
