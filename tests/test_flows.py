@@ -240,9 +240,17 @@ def test_a_ctrl_c_duckdb_caught_mid_query_leaves_the_run_crashed_not_failed(tmp_
     import stages.filter
 
     def interrupted_filter(config, store):
-        connection = duckdb.connect()
-        threading.Timer(0.5, connection.interrupt).start()
-        connection.execute("SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000) b").fetchall()
+        connection, answered = duckdb.connect(), threading.Event()
+
+        def interrupt() -> None:  # again until the query gives up: one sent before it started would be lost
+            while not answered.wait(0.2):
+                connection.interrupt()
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            connection.execute("SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000) b").fetchall()
+        finally:
+            answered.set()
 
     config = write_config(tmp_path)
     monkeypatch.setattr(stages.filter, "run", interrupted_filter)
