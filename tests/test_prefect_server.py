@@ -379,3 +379,38 @@ def test_a_port_another_process_holds_is_refused_before_anything_starts(tmp_path
         f"server: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
     )
     assert not list((project / "ws").rglob("simulacra-*.pid"))
+
+
+def test_status_is_healthy_only_where_this_workspaces_server_answers(tmp_path):
+    """Another server answering /health on the workspace's port (another workspace's Prefect server) was reported as
+    `healthy: true` beside `server_pid: null`. A real HTTP server on 127.0.0.1 stands in for it."""
+    import http.server
+    import json
+    import threading
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # the name http.server calls
+            self.send_response(200 if self.path == "/api/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    home = tmp_path / "ws" / "prefect"
+    home.mkdir(parents=True)
+    (home / "simulacra-server.url").write_text(f"http://127.0.0.1:{other.server_address[1]}/api")
+    try:
+        status = CliRunner().invoke(app, ["--set", f"workspace.path={tmp_path / 'ws'}", "server", "status"])
+        assert json.loads(status.stdout)["server_pid"] is None and json.loads(status.stdout)["healthy"] is False
+        (home / "simulacra-server.pid").write_text(str(os.getpid()))  # a live pid: this workspace's server, as started
+        status = CliRunner().invoke(app, ["--set", f"workspace.path={tmp_path / 'ws'}", "server", "status"])
+        assert json.loads(status.stdout)["healthy"] is True
+    finally:
+        other.shutdown()

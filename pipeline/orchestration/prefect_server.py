@@ -245,9 +245,12 @@ class LocalServer:
         return stopped
 
     def status(self) -> dict[str, object]:
+        """`healthy` only where this workspace's server runs and answers: another server on its port (another
+        workspace's) answered /health too, and read as this one's."""
+        server_pid = self.pid("server")
         return {
             "api_url": self.api_url,
-            "healthy": _healthy(self.api_url),
-            "server_pid": self.pid("server"),
+            "healthy": server_pid is not None and _healthy(self.api_url),
+            "server_pid": server_pid,
             "worker_pid": self.pid("worker"),
         }
