@@ -275,13 +275,20 @@ def _command(arguments: list[str], cwd: Path, hidden: str | None = None) -> subp
         ({"task": "t", "max_step": 3}, [], "openenv: {episode}: unknown episode field(s) max_step"),
         ({"action_space": "bash"}, [], "openenv: {episode} is not a mapping of episode fields with a `task`"),
         (None, ["--world-model", "http://127.0.0.1:9/v1"], "openenv: no world model answers at http://127.0.0.1:9/v1"),
+        # Was PyYAML's five lines, a caret among them; and a limit below 1 ended every step as truncated.
+        (
+            "task: [unclosed\n",
+            [],
+            "openenv: cannot read the episode {episode}: not valid YAML at line 2, column 1: expected ',' or ']'",
+        ),
+        ({"task": "t", "max_steps": 0}, [], "openenv: {episode}: max_steps is 0: an episode takes at least 1 step"),
     ],
 )
 def test_the_command_refuses_with_one_line(tmp_path, episode, arguments, message):
     """Before OpenEnv's server is imported (gradio with it, seconds): where it cannot be, the refusal is the same."""
     path = tmp_path / "episode.yaml"
     if episode is not None:
-        path.write_text(yaml.safe_dump(episode))
+        path.write_text(episode if isinstance(episode, str) else yaml.safe_dump(episode))
         arguments = [*arguments, "--episode", str(path)]
     completed = _command(["--domain", "terminal", *arguments], tmp_path, hidden="openenv.core.env_server")
     assert completed.returncode == 2, completed.stderr

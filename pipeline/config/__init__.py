@@ -101,7 +101,7 @@ def parse_override(text: str) -> dict[str, Any]:
     return value
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's message on one line, with 1-based positions: its own spans five lines, names the text "<unicode
     string>" and points a caret at a line the user has in their editor anyway."""
     problem = getattr(exc, "problem", None)
@@ -154,7 +154,7 @@ def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] 
         try:
             loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML{_yaml_problem(exc)}") from exc
+            raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from exc
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

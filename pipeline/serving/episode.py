@@ -78,6 +78,8 @@ def episode_from_options(options: Mapping[str, Any], default: EpisodeSpec | None
         raise EpisodeError(
             "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
         )
+    if episode.max_steps is not None and episode.max_steps < 1:  # else every step ends the episode as truncated
+        raise EpisodeError(f"max_steps is {episode.max_steps}: an episode takes at least 1 step, or none for no limit")
     if episode.success_pattern:
         try:
             re.compile(episode.success_pattern)
@@ -92,9 +94,13 @@ def read_episode(path: Path) -> EpisodeSpec:
     """A server's default episode from a YAML (or JSON) mapping of the fields a reset takes."""
     import yaml
 
+    from pipeline.config import yaml_problem
+
     try:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:  # one line, as a config's: PyYAML's own spans five, a caret among them
+        raise UserFixableError(f"cannot read the episode {path}: not valid YAML{yaml_problem(exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise UserFixableError(f"cannot read the episode {path}: {exc}") from None
     if not isinstance(values, dict) or not (values.get("task") or values.get("task_description")):
         raise UserFixableError(f"{path} is not a mapping of episode fields with a `task` ({', '.join(EPISODE_FIELDS)})")
