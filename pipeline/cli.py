@@ -377,7 +377,6 @@ def openenv_serve(
         default,
         sock,
         host,
-        port,
         max_sessions=max_sessions,
         max_tokens=max_tokens,
         temperature=temperature,

@@ -12,7 +12,9 @@ import errno
 import shutil
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeGuard
 
 # What the CLI prints after the command's name when ctrl-C stopped it.
 INTERRUPTED = "interrupted: rerun the same command to resume"
@@ -24,19 +26,30 @@ class UserFixableError(RuntimeError):
     """A problem the user can fix; the message names the fix in one line."""
 
 
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """The exception, then what it was raised from or while handling, each once (a chain can loop)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        yield exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+
+
 def interrupted(exc: BaseException) -> bool:
     """ctrl-C, anywhere in the exception's chain: cleanup that runs after it can fail in turn (DuckDB
     refuses `unregister` in the transaction the interrupt aborted) and raise an error of its own, whose
     context holds the interrupt. Code that catches `duckdb.Error` to route around a refusal asks this
     first, or the interrupt is swallowed (DuckDB reports it as one of its errors)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if _is_interrupt(current):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(_is_interrupt(current) for current in exception_chain(exc))
+
+
+def user_fixable(exc: BaseException | None) -> bool:
+    """A `UserFixableError`, or an error raised from one (a stage's failure wrapping it, `fixable` in its own
+    words), anywhere in the chain."""
+    return any(
+        isinstance(current, UserFixableError) or getattr(current, "fixable", False) is True
+        for current in exception_chain(exc)
+    )
 
 
 def _is_interrupt(exc: BaseException) -> bool:
@@ -58,7 +71,7 @@ _FULL_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "unexpected pos ")
 
 
-def out_of_space(exc: BaseException) -> bool:
+def out_of_space(exc: BaseException) -> TypeGuard[OSError]:
     """Python's own report of a full disk or quota: code that turns OSErrors into one-line refusals lets these
     through, so `full_disk` can name the free space."""
     return isinstance(exc, OSError) and exc.errno in _FULL_DISK_ERRNOS
@@ -68,16 +81,12 @@ def full_disk(exc: BaseException, where: Path) -> str | None:
     """One line naming the fix when a full disk (or quota) is what failed, anywhere in the exception's chain; None
     otherwise. The free space is measured at the file that failed where the error names it, else at `where` (the
     workspace), so the user sees how much to free and where."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, OSError) and out_of_space(current):
+    for current in exception_chain(exc):
+        if out_of_space(current):
             failed = current.filename2 or current.filename
             return _full_disk_line(Path(failed) if isinstance(failed, str) else where)
         if any(words in str(current) for words in _FULL_DISK_WORDS):
             return _full_disk_line(where)
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
     return None
 
 

@@ -29,15 +29,7 @@ from pipeline.formats import jsonl_lines
 from pipeline.formats import simulacra_jsonl_sql as jsonl_sql
 from pipeline.formats.base import JSONL_SUFFIXES, Document, FormatAdapter, Malformed, jsonl_document, raw_text
 from pipeline.formats.file_encoding import content_stem, sniff
-from pipeline.formats.sources import (
-    Input,
-    InputNotFound,
-    NotAFile,
-    NotRead,
-    Skipped,
-    configured_source_error,
-    expand,
-)
+from pipeline.formats.sources import Input, NotRead, Skipped, expand_source
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
 from pipeline.secret_shapes import redact_shapes, sql_redact_rows
@@ -104,12 +96,8 @@ def run(
     skipped: list[Skipped] = []  # links back into a folder, second names of a file: read once, nothing to fix
     decoded: list[str] = []  # files read through a decoding, and what they were
     for source in sources:
-        try:
-            inputs = expand(source.path, not_read, skipped)
-        except (InputNotFound, NotAFile) as exc:
-            if paths:  # the command line's own path: its error names it already
-                raise
-            raise configured_source_error(source.name, exc) from None
+        # A command line's own path is named by its error already; a configured source's is said with the source.
+        inputs = expand_source(source.path, None if paths else source.name, not_read, skipped)
         totals = per_source.setdefault(source.name, Counts())
         for item in inputs:
             try:

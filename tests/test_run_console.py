@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.errors import UserFixableError
-from pipeline.orchestration.console_log import FixableWithoutTraceback, user_fixable
+from pipeline.errors import UserFixableError, user_fixable
+from pipeline.orchestration.console_log import FixableWithoutTraceback
 
 REPO = Path(__file__).resolve().parents[1]
 

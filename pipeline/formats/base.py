@@ -6,6 +6,7 @@ types to runs) and parses each record into a `Trajectory`. Parsing raises `Recor
 malformed record; the ingest stage quarantines it with its location and goes on.
 """
 
+import gzip
 import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -137,8 +138,6 @@ def _jsonl_bytes(path: Path, encoding: str | None):
     if encoding is None:
         return path.open("rb")
     if encoding == GZIP_ONLY:
-        import gzip
-
         return gzip.open(path, "rb")
     return io.BytesIO(utf8_bytes(path))
 

@@ -31,12 +31,6 @@ class NotAFile(UserFixableError):
     a socket, a device, a symbolic link loop."""
 
 
-def configured_source_error(name: str, exc: UserFixableError) -> UserFixableError:
-    """A configured source's path that names nothing readable, said with the source it belongs to: under `simulacra
-    run` the bare "/data/...: no such file" did not say it came from the config, nor which source to correct."""
-    return type(exc)(f"source `{name}` (ingest.sources): {exc}: correct its `path` in the config, or remove it")
-
-
 @dataclass(frozen=True)
 class Input:
     path: str
@@ -107,6 +101,22 @@ def expand(spec: str, not_read: list[NotRead] | None = None, skipped: list[Skipp
             raise NotAFile(f"{spec}: {what}: not read")
         raise InputNotFound(f"{spec}: no such file, folder or glob match")
     return [Input(str(p), p.stat().st_size) for p in files]
+
+
+def expand_source(
+    spec: str, name: str | None, not_read: list[NotRead] | None = None, skipped: list[Skipped] | None = None
+) -> list[Input]:
+    """`expand(spec)`, for a configured source when `name` is given: a path that names nothing readable is said with
+    the source it belongs to. Under `simulacra run` the bare "/data/...: no such file" did not say it came from the
+    config, nor which source to correct."""
+    try:
+        return expand(spec, not_read, skipped)
+    except (InputNotFound, NotAFile) as exc:
+        if name is None:
+            raise
+        raise type(exc)(
+            f"source `{name}` (ingest.sources): {exc}: correct its `path` in the config, or remove it"
+        ) from None
 
 
 def _not_a_file(path: Path) -> str | None:

@@ -10,18 +10,7 @@ traceback on the terminal too: there it is what a bug report needs.
 
 import logging
 
-from pipeline.errors import UserFixableError
-
-
-def user_fixable(exc: BaseException | None) -> bool:
-    """A `UserFixableError`, or an error raised from one (a stage's failure wrapping it)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UserFixableError) or getattr(exc, "fixable", False) is True:
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+from pipeline.errors import user_fixable
 
 
 class FixableWithoutTraceback(logging.Filter):

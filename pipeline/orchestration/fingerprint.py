@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SimulacraConfig
-from pipeline.formats.sources import InputNotFound, NotAFile, configured_source_error, expand
+from pipeline.formats.sources import expand_source
 from pipeline.store.content_digests import ContentDigests
 from pipeline.store.database import Store
 
@@ -55,13 +55,7 @@ def source_files(specs: list[str], digests: ContentDigests, names: list[str] | N
     digest = hashlib.sha256()
     for index, spec in enumerate(specs):
         digest.update(spec.encode() + b"\0")
-        try:
-            inputs = expand(spec)
-        except (InputNotFound, NotAFile) as exc:
-            if names is None:
-                raise
-            raise configured_source_error(names[index], exc) from None
-        for item in inputs:
+        for item in expand_source(spec, names[index] if names else None):
             content = item.digest() if item.is_hf else digests.sha256(Path(item.path))
             digest.update(f"{item.path}\0{content}\0".encode())
     return digest.hexdigest()[:16]

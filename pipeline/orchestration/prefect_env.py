@@ -8,10 +8,13 @@ server sends `simulacra run` there instead of to a temporary local one.
 """
 
 import os
+import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from pipeline.config.workspace import make_private
+from pipeline.errors import UserFixableError
 
 # A temporary server starts in about 8 s on an idle machine (STACK.md); Prefect's default of 20 s
 # fails on a loaded 2-core runner, where we measured 18 s.
@@ -50,11 +53,6 @@ def check_prefect_database(prefect_home: Path) -> None:
     try, and `simulacra run` printed 29 tracebacks (3,309 lines) over two minutes before "Timed out while
     attempting to connect" (found by probing, 2026-12-06, with the file overwritten). The header and schema are
     read, not the whole file: a workspace's run history grows to hundreds of MB."""
-    import sqlite3
-    from contextlib import closing
-
-    from pipeline.errors import UserFixableError
-
     path = prefect_home / "prefect.db"
     if any(os.environ.get(name) for name in DATABASE_URL_VARIABLES) or not path.is_file() or not path.stat().st_size:
         return

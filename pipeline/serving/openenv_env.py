@@ -248,15 +248,15 @@ def serve(
     episode: EpisodeSpec | None,
     sock: socket.socket,
     host: str,
-    port: int,
     **options: Any,
 ) -> None:
-    """Serve on `sock`, bound to (host, port) before the command's slower refusals (pipeline/serving/listening.py)."""
+    """Serve on `sock`, bound to `host` and its port before the command's slower refusals
+    (pipeline/serving/listening.py)."""
     import uvicorn
 
     from pipeline.serving.listening import bound_port
 
-    port = bound_port(sock)  # --port 0: the one the system picked
+    port = bound_port(sock)  # the one asked for, or the system's pick for --port 0
     app = build_app(served, domain, episode, **options)
     print(
         f"serving the {domain} world model at {served.url} as an OpenEnv environment: http://{host}:{port} "

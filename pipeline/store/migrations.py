@@ -48,6 +48,12 @@ TEXT_COLUMNS = {
 }
 
 
+def _credential_sweeps() -> list[str | RowSweep]:
+    """Every text column of a table that holds rows, scanned once for every credential shape of today; rows are
+    rewritten only where they match."""
+    return [RowSweep(table, sql_redact_rows(table, columns)) for table, columns in TEXT_COLUMNS.items()]
+
+
 MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
     (
         1,
@@ -491,7 +497,7 @@ MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
         # Ingest redacts credential-shaped text before storing it; a store ingested earlier may hold some, and so
         # may every table built from it. One scan of each text column of a table that holds rows; rows are rewritten
         # only where they match.
-        [RowSweep(table, sql_redact_rows(table, columns)) for table, columns in TEXT_COLUMNS.items()],
+        _credential_sweeps(),
     ),
     (
         13,
@@ -499,6 +505,6 @@ MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
         # Stripe, GitLab, npm, PyPI, SendGrid, Google OAuth, DigitalOcean, JSON Web Tokens, Azure storage keys, AWS
         # secret keys after their name, bearer tokens (pipeline/secret_shapes.py): a store swept by 12 before they
         # were shapes may hold them. The same sweep, with every shape; rows already clean are not rewritten.
-        [RowSweep(table, sql_redact_rows(table, columns)) for table, columns in TEXT_COLUMNS.items()],
+        _credential_sweeps(),
     ),
 ]
