@@ -161,9 +161,15 @@ def ingest(
             raise typer.Exit(2) from None
     _report(result)
     not_read = result.metrics["paths_not_read"]
-    if not_read:  # what was read is kept; the rest needs the user (permissions), then a rerun adds it
+    if not_read:  # what was read is kept; the rest needs the user (permissions, the network), then a rerun adds it
+        hub = sum(entry["path"].startswith("hf://") for entry in not_read)
+        fixes = ["make the files readable"] if hub < len(not_read) else []
+        if hub:  # "make them readable" said nothing to do of a dataset the Hub could not be reached for
+            fixes.append(
+                "reach the Hugging Face Hub (network; HF_TOKEN for a gated dataset) or download the dataset to a folder and ingest that"
+            )
         console.print(
-            f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: make them readable and rerun",
+            f"[red]ingest:[/red] {len(not_read)} path(s) could not be read: {'; '.join(fixes)}; then rerun",
             highlight=False,
             soft_wrap=True,
         )
@@ -203,16 +209,19 @@ def init_model(
     out: Annotated[Path | None, typer.Option(help="Output folder (default: <workspace>/models/tiny).")] = None,
 ) -> None:
     """Build the tiny offline model (tokenizer + random Qwen3/Llama) from local text: no model hub."""
+    from pipeline.formats.sources import visible_files
     from pipeline.training.models import tiny_model_dir
     from pipeline.training.tiny_model import build_tiny_model
 
-    files = sorted(f for p in text for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+    files = sorted(f for p in text for f in ([p] if p.is_file() else visible_files(p)) if f.is_file())
     if not files:
         console.print(f"init-model: no text files under {', '.join(map(str, text))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     config = _config()
     path = build_tiny_model(config.model.tiny, files, out or tiny_model_dir(config))
-    console.print(f"tiny model written to {path} (tokenizer trained on {len(files)} files)", highlight=False)
+    console.print(
+        f"tiny model written to {path} (tokenizer trained on {len(files)} files)", highlight=False, soft_wrap=True
+    )
 
 
 @app.command()
@@ -505,7 +514,7 @@ def _show_evaluation(result) -> None:
         tuple(correlated[0]),
     )
     _report(result)
-    console.print(f"plot and report: {result.output_path}", highlight=False)
+    console.print(f"plot and report: {result.output_path}", highlight=False, soft_wrap=True)
 
 
 @app.command(cls=ListOptions)
@@ -569,7 +578,7 @@ def fidelity(
             ("simulator", "environment", "policies", "kendall_tau_b", "why"),
         )
     _report(result)
-    console.print(f"plots, tables and report: {result.output_path}", highlight=False)
+    console.print(f"plots, tables and report: {result.output_path}", highlight=False, soft_wrap=True)
 
 
 def _print_rows(out: Console, rows: list[dict[str, Any]], title: str, columns: tuple[str, ...]) -> None:
@@ -791,10 +800,14 @@ def server_start(
         console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(
-        f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`"
+        f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`",
+        soft_wrap=True,
     )
-    console.print(f"flow runs execute in {project} and write {config.workspace.root}")
-    console.print(f"export PREFECT_API_URL={server.api_url} to use the prefect CLI against it; logs in {server.home}")
+    console.print(f"flow runs execute in {project} and write {config.workspace.root}", soft_wrap=True)
+    console.print(
+        f"export PREFECT_API_URL={server.api_url} to use the prefect CLI against it; logs in {server.home}",
+        soft_wrap=True,
+    )
 
 
 @server_app.command("stop")

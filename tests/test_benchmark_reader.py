@@ -224,6 +224,8 @@ def test_a_folder_is_read_as_ingest_reads_one_its_licence_and_readme_left_out(tm
     (folder / "more.jsonl.gz").write_bytes(gzip.compress(json.dumps(_trajectory([("pwd", "/w", {})])).encode()))
     (folder / "LICENSE").write_text("MIT License\n\nPermission is hereby granted, free of charge ...\n")
     (folder / "README.md").write_text("# Trajectories\n\n> published with the paper\n")
+    (folder / ".ipynb_checkpoints").mkdir()  # a stale copy, as JupyterLab keeps one: not a second record
+    _write_jsonl(folder / ".ipynb_checkpoints" / "runs-checkpoint.jsonl", [_trajectory([("ls", "a b", {})])])
     read = read_benchmark([str(folder)], "benchmark_target", None)
     assert sorted(item.query.action for item in read.items) == ["ls", "pwd"]
     assert (read.records_read, read.records_failed) == (2, 0)

@@ -69,7 +69,7 @@ def test_every_path_not_read_is_named_with_its_reason_and_the_exit_status_says_s
     assert f"read {records(TERMINAL)} records from 1 files" in done.stderr
     assert f"{data / 'locked'} (Permission denied)" in done.stderr
     assert f"{data / 'secret.json'} (Permission denied)" in done.stderr
-    assert done.stderr.splitlines()[-1] == "ingest: 2 path(s) could not be read: make them readable and rerun"
+    assert done.stderr.splitlines()[-1] == "ingest: 2 path(s) could not be read: make the files readable; then rerun"
 
     # Made readable, the rerun reads what was missing and nothing twice.
     (data / "locked").chmod(0o755)
@@ -90,6 +90,20 @@ def big_terminal_file(tmp_path: Path, copies: int = 120) -> Path:
             for line in lines:
                 handle.write(line.replace(b'"task": "', f'"task": "[{copy}] '.encode(), 1) + b"\n")
     return big
+
+
+def test_a_hub_dataset_not_reached_is_named_with_what_to_do_about_it(shared_root, monkeypatch):
+    """An `hf://` source the Hub could not be reached for was told to "make them readable"."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the Hub unreachable, at once and without the network
+    done = simulacra(shared_root / "ws", "ingest", str(TERMINAL), "hf://simulacra-tests/no-such-dataset")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"read {records(TERMINAL)} records from 1 files" in done.stderr
+    assert "hf://simulacra-tests/no-such-dataset (Couldn't reach" in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "ingest: 1 path(s) could not be read: reach the Hugging Face Hub (network; HF_TOKEN for a gated dataset) "
+        "or download the dataset to a folder and ingest that; then rerun"
+    )
 
 
 def test_ctrl_c_in_a_terminal_stops_a_pipeline_run_and_prefect_records_the_crash(tmp_path):

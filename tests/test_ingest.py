@@ -251,6 +251,22 @@ def test_a_folder_walk_reads_each_real_file_once_and_names_each_link_it_skips(
     assert result.metrics["paths_not_read"] == []
 
 
+def test_a_folder_walk_passes_over_hidden_folders_but_reads_a_hidden_folder_it_is_given(config, store, tmp_path):
+    """JupyterLab keeps a stale copy of an edited file in `.ipynb_checkpoints/` and a repository's `.git/` may hold
+    JSON: the walk read them as trajectories of their own (a checkpoint edited apart from its file was a second
+    trajectory), and quarantined the rest. Hidden names were already passed over; hidden folders now are too."""
+    data = tmp_path / "data"
+    (data / ".ipynb_checkpoints").mkdir(parents=True)
+    (data / ".git").mkdir()
+    write_jsonl(data / "runs.jsonl", [good(i) for i in range(3)])
+    write_jsonl(data / ".ipynb_checkpoints" / "runs-checkpoint.jsonl", [good(i) for i in range(3, 5)])
+    (data / ".git" / "config.json").write_text('{"core": {}}')
+    result = ingest.run(config, store, paths=[str(data)])
+    assert (result.metrics["records_read"], result.metrics["added"], result.metrics["quarantined"]) == (3, 3, 0)
+    given = ingest.run(config, store, paths=[str(data / ".ipynb_checkpoints")])
+    assert (given.metrics["records_read"], given.metrics["added"]) == (2, 2)
+
+
 # (what the path given is, what ingestion says of it)
 NOT_FILES = [
     ("a named pipe", os.mkfifo, "a named pipe (FIFO), not a file: not read"),

@@ -413,6 +413,8 @@ def test_world_knowledge_mix_reaches_the_token_ratio(tokenizer, tmp_path):
     (corpus / "law.txt").write_text(sentence(rng, 300), encoding="utf-8")
     (corpus / "news.jsonl").write_bytes(b"\n".join(orjson.dumps({"text": sentence(rng, 80)}) for _ in range(30)))
     (corpus / "README.md").write_text("What this corpus is: not a document.", encoding="utf-8")
+    (corpus / ".git").mkdir()  # a cloned corpus: its repository's files are not documents
+    (corpus / ".git" / "description.txt").write_text("Unnamed repository; edit this file to name it.")
     builder = SequenceBuilder(tokenizer, max_length=128, seed=0)
     # The ratio counts loss tokens: a chunk of n tokens holds n - 1 labels (issue 13).
     mixed = list(mix_world_knowledge(builder, [str(corpus)], trajectory_label_tokens=10_000, ratio=0.2, seed=1))

@@ -202,3 +202,21 @@ def test_a_build_killed_mid_save_leaves_no_folder_behind_for_good(corpus, tmp_pa
     running.mkdir()
     build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2), [corpus], tmp_path / "tiny")
     assert not abandoned.exists() and running.exists()
+
+
+def test_init_model_trains_its_tokenizer_on_the_visible_files_of_a_folder(corpus, tmp_path):
+    """`simulacra init-model FOLDER` read every file under it, a repository's `.git/` objects among them."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    text = tmp_path / "text"
+    (text / ".git" / "objects").mkdir(parents=True)
+    (text / "shell.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    (text / ".git" / "objects" / "pack").write_bytes(bytes(range(256)) * 64)
+    (text / ".notes.txt").write_text("a hidden scratch file")
+    result = CliRunner().invoke(
+        app, ["--set", f"workspace.path={tmp_path / 'ws'}", "init-model", str(text), "--out", str(tmp_path / "tiny")]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"tiny model written to {tmp_path / 'tiny'} (tokenizer trained on 1 files)" in result.output

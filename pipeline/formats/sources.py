@@ -151,6 +151,10 @@ def _folder_files(folder: Path, not_read: list[NotRead], skipped: list[Skipped])
         here = Path(root)
         kept = []
         for name in sorted(subfolders):
+            if name.startswith("."):
+                # A hidden folder is a tool's, not the user's data: `.git`, `.venv`'s packages' JSON, and
+                # `.ipynb_checkpoints`, whose stale copies of the data files were read as trajectories of their own.
+                continue
             try:
                 identity = _identity(here / name)
             except OSError as exc:
@@ -200,6 +204,16 @@ def _second_visit(path: Path, first: Path, kind: str) -> str:
 
 def _is_data_file(path: Path) -> bool:
     return path.is_file() and is_data_name(path)
+
+
+def visible_files(folder: Path) -> Iterator[Path]:
+    """The files under `folder` that are not hidden nor in a hidden folder, as `expand`'s walk reads them, in the walk's
+    order: for the walks that read other kinds of file (world-knowledge documents, the tiny model's tokenizer text)."""
+    for root, subfolders, names in os.walk(folder):
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and (Path(root) / name).is_file():
+                yield Path(root) / name
 
 
 def is_data_name(path: Path) -> bool:

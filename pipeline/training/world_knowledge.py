@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from pipeline.errors import UserFixableError
-from pipeline.formats.sources import SKIPPED_NAMES
+from pipeline.formats.sources import SKIPPED_NAMES, visible_files
 from pipeline.store.content_digests import ContentDigests
 from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
 
@@ -112,7 +112,7 @@ def open_sources(specs: Sequence[str]) -> list[_Source]:
             continue
         path = Path(spec).expanduser()
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if _is_document_file(p))
+            files = sorted(p for p in visible_files(path) if _is_document_file(p))
             if not files:
                 raise CorpusError(f"cpt.world_knowledge: folder {path} holds no .txt/.md/.jsonl/.parquet file")
             sources.extend(_file_source(p) for p in files)
@@ -166,7 +166,7 @@ def corpus_fingerprint(specs: Sequence[str], digests: ContentDigests) -> str:
     for spec in specs:
         digest.update(spec.encode() + b"\0")
         path = Path(spec).expanduser()
-        files = sorted(p for p in path.rglob("*") if _is_document_file(p)) if path.is_dir() else [path]
+        files = sorted(p for p in visible_files(path) if _is_document_file(p)) if path.is_dir() else [path]
         for file in files:
             if file.is_file():
                 digest.update(f"{file}\0{digests.sha256(file)}\0".encode())
