@@ -619,6 +619,40 @@ def test_reward_and_termination_come_from_what_the_user_gives(server, ends, expe
     assert (reward, terminated, truncated) == expected, info["reason"]
 
 
+def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_no_step(server, monkeypatch):
+    """Found by using it: a step before any reset was sent, with no episode; `reset(options={"tsak": ...})` became an
+    episode with no task; a non-text action came back as the server's 400 about `messages.3.content.str`; a request
+    that failed still counted as a step, so the episode was truncated one step early; a misspelt domain was put into
+    the prompt as a domain the model never saw."""
+    import gymnasium
+
+    from pipeline.serving.episode import EpisodeError, EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    spec = EpisodeSpec(SYSTEM.task_description, SystemPrompt(initial_state=SYSTEM.initial_state), max_steps=2)
+    env = WorldModelEnv(server, "world-model-test", "terminal", spec, max_tokens=4)
+    with pytest.raises(gymnasium.error.ResetNeeded, match="step before reset"):
+        env.step("ls")
+    with pytest.raises(EpisodeError, match="unknown episode field.*tsak"):
+        env.reset(options={"tsak": "count the notes"})
+    with pytest.raises(EpisodeError, match="max_steps is 0"):
+        env.reset(options={"task": "count the notes", "max_steps": 0})
+    with pytest.raises(EpisodeError, match="not a regular expression"):
+        WorldModelEnv(server, "world-model-test", "terminal", EpisodeSpec("t", success_pattern="(("))
+    with pytest.raises(ValueError, match="unknown domain `termnal`: the domain is one of terminal, "):
+        WorldModelEnv(server, "world-model-test", "termnal", spec)
+    assert env.reset(seed=0)[1] == {"task": SYSTEM.task_description}
+    with pytest.raises(ValueError, match="the action must be text of at most 4096 characters, not int"):
+        env.step(3)  # type: ignore[arg-type]
+    with monkeypatch.context() as down:
+        down.setattr(env.simulator.client, "base_url", "http://127.0.0.1:1/v1/")  # nothing listens there
+        down.setattr(env.simulator.client, "max_retries", 0)
+        with pytest.raises(Exception, match="Connection error"):
+            env.step("ls")
+    first, second = env.step("ls"), env.step("ls")
+    assert (first[4]["steps"], first[3], second[4]["steps"], second[3]) == (1, False, 2, True)  # the limit, not sooner
+
+
 DIRECT_FORMAT = prompt_format("sft", thinking=False)
 DIRECT_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
 
@@ -790,6 +824,26 @@ def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
     histories = [environment._simulator.history for environment in trainer.environments]
     assert [[action for action, _ in history] for history in histories] == [["wc -l notes.txt"]] * 2
     assert trainer.environments[0]._seed != trainer.environments[1]._seed  # a GRPO group samples, not repeats
+
+
+def test_trl_environment_counts_answered_steps_and_refuses_an_episode_that_cannot_end_well(server, monkeypatch):
+    """A request that failed inside `act` (TRL shows the policy the error, and the policy may try again) counted
+    as a step of the episode; a row's `max_steps: 0` made every step the last."""
+    from pipeline.serving.episode import EpisodeError
+    from pipeline.serving.trl_env import EPISODE_OVER, WorldModelToolEnv
+
+    environment = WorldModelToolEnv(server, "world-model-test", "terminal", max_tokens=4)
+    row = {"prompt": [{"role": "user", "content": "count"}], "task": SYSTEM.task_description, "max_steps": 1}
+    with pytest.raises(EpisodeError, match="max_steps is 0"):
+        environment.reset(**{**row, "max_steps": 0})
+    environment.reset(**row, seed=3)  # the row's own columns (`prompt`) are TRL's, not episode fields to refuse
+    with monkeypatch.context() as down:
+        down.setattr(environment._simulator.client, "base_url", "http://127.0.0.1:1/v1/")  # nothing listens there
+        down.setattr(environment._simulator.client, "max_retries", 0)
+        with pytest.raises(Exception, match="Connection error"):
+            environment.act("ls")
+    assert environment.act("ls") != EPISODE_OVER  # the one step the episode has: not spent by the failure
+    assert environment.act("ls") == EPISODE_OVER
 
 
 @pytest.mark.parametrize("think_tokens, parser", [(False, {}), (True, {"--reasoning-parser": "qwen3"})])

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pipeline.serving.prompt_formats import prompt_format as named_format
 from pipeline.serving.prompt_formats import world_model_messages
 from pipeline.serving.thinking import split_thinking
-from pipeline.store.schema import SystemPrompt
+from pipeline.store.schema import DOMAINS, SystemPrompt
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -64,6 +64,8 @@ class WorldModelEnvironment:
     ):
         from openai import OpenAI
 
+        if domain not in DOMAINS:  # else a prompt for a domain the model never saw: "the termnal domain: ..."
+            raise ValueError(f"unknown domain `{domain}`: the domain is one of {', '.join(DOMAINS)}")
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
         self.model = model
         self.domain = domain

@@ -12,8 +12,8 @@ Reward is sparse: 1.0 on the step that succeeds, 0.0 otherwise, so the return of
 whether the task was done. `seed` makes the episode reproducible: step t's request carries a seed
 derived from (episode seed, t), so the same actions get the same observations.
 
-`episode_from_options` checks the fields a reset (or an episode file, `read_episode`) gives: a
-misspelt field is refused with the names an episode takes, not ignored.
+`episode_fields` checks the fields a reset (or an episode file, `read_episode`) gives: a misspelt field is
+refused with the names an episode takes, not ignored; `checked_ends` an episode's ends, however it was built.
 """
 
 import hashlib
@@ -63,7 +63,20 @@ class EpisodeError(ValueError):
 
 
 def episode_from_options(options: Mapping[str, Any], default: EpisodeSpec | None) -> EpisodeSpec:
-    """The episode a reset's `options` describe, or `default` when they are empty."""
+    """The episode a reset's `options` describe, or `default` when they are empty; a task is required (OpenEnv's
+    resets and episode files: an agent is never handed an episode without one)."""
+    episode = episode_fields(options) if options else default
+    if episode is None or not episode.task:
+        raise EpisodeError(
+            "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
+        )
+    return episode
+
+
+def episode_fields(options: Mapping[str, Any]) -> EpisodeSpec:
+    """The episode `options` give by name, each field checked: a misspelt one is refused with the names an episode
+    takes (a gymnasium reset took `{"tsak": ...}` as an episode with no task at all), and the ends as
+    `checked_ends` checks them."""
     unknown = sorted(set(options) - set(EPISODE_FIELDS))
     if unknown:
         raise EpisodeError(
@@ -71,13 +84,14 @@ def episode_from_options(options: Mapping[str, Any], default: EpisodeSpec | None
             f"{', '.join(EPISODE_FIELDS)} (and reset a seed and an episode_id)"
         )
     try:
-        episode = EpisodeSpec.from_mapping(options) if options else default
+        episode = EpisodeSpec.from_mapping(options)
     except (TypeError, ValueError) as exc:
         raise EpisodeError(f"a bad episode field: {exc}") from None
-    if episode is None or not episode.task:
-        raise EpisodeError(
-            "no task: pass `task` (and the episode's other fields) to reset, or start the server with --episode FILE"
-        )
+    return checked_ends(episode)
+
+
+def checked_ends(episode: EpisodeSpec) -> EpisodeSpec:
+    """`episode`, once its ends can work: a step limit of 1 or more, a success pattern that compiles."""
     if episode.max_steps is not None and episode.max_steps < 1:  # else every step ends the episode as truncated
         raise EpisodeError(f"max_steps is {episode.max_steps}: an episode takes at least 1 step, or none for no limit")
     if episode.success_pattern:

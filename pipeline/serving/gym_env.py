@@ -24,7 +24,7 @@ import gymnasium
 from gymnasium import spaces
 
 from pipeline.serving.environment import WorldModelEnvironment
-from pipeline.serving.episode import EpisodeSpec, judge, step_seed
+from pipeline.serving.episode import EpisodeSpec, checked_ends, episode_fields, judge, step_seed
 
 
 class TextOf(spaces.Text):
@@ -43,7 +43,8 @@ class TextOf(spaces.Text):
 
 class WorldModelEnv(gymnasium.Env[str, str]):
     metadata = {"render_modes": ["ansi"]}
-    observation_space: TextOf  # gymnasium declares a Space; this one has a max_length
+    observation_space: TextOf  # gymnasium declares a Space; these have a max_length
+    action_space: TextOf
 
     def __init__(
         self,
@@ -73,25 +74,37 @@ class WorldModelEnv(gymnasium.Env[str, str]):
             temperature,
             enable_thinking=enable_thinking,
         )
-        self.episode = episode
+        self.episode = checked_ends(episode)
         self.action_space = TextOf(max_length=max_action_chars)
         self.observation_space = TextOf(max_length=max_observation_chars)
         self.render_mode = render_mode
         self._episode_seed = 0
         self._steps = 0
+        self._reset_done = False  # a step before the first reset has no episode to belong to
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         if options:
-            self.episode = EpisodeSpec.from_mapping(options)
+            self.episode = episode_fields(options)  # a misspelt field is refused, not an episode without it
         self._episode_seed = int(self.np_random.integers(0, 2**62))
         self._steps = 0
+        self._reset_done = True
         observation = self.simulator.reset(self.episode.task, self.episode.system)
         return observation[: self.observation_space.max_length], {"task": self.episode.task}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        self._steps += 1
-        observation = self.simulator.step(action, seed=step_seed(self._episode_seed, self._steps))
+        if not self._reset_done:
+            raise gymnasium.error.ResetNeeded("step before reset: call reset() to start an episode")
+        if not self.action_space.contains(action):  # else the server's 400 about `messages.3.content.str`
+            raise ValueError(
+                f"the action must be text of at most {self.action_space.max_length} characters, "
+                f"not {type(action).__name__}" + (f" of {len(action)}" if isinstance(action, str) else "")
+            )
+        # Counted once answered: a failed request (the server down, a timeout) is no step, and retrying it
+        # asks with the same seed.
+        steps = self._steps + 1
+        observation = self.simulator.step(action, seed=step_seed(self._episode_seed, steps))
+        self._steps = steps
         observation = observation[: self.observation_space.max_length]
         outcome = judge(self.episode, observation, self._steps)
         info = {

@@ -19,7 +19,7 @@ import itertools
 from typing import Any
 
 from pipeline.serving.environment import WorldModelEnvironment
-from pipeline.serving.episode import EpisodeSpec, judge, step_seed
+from pipeline.serving.episode import EpisodeSpec, checked_ends, judge, step_seed
 
 _ROLLOUTS = itertools.count()
 EPISODE_OVER = "The episode is over: no action has an effect now."
@@ -56,7 +56,8 @@ class WorldModelToolEnv:
         self._done = False
 
     def reset(self, **example: Any) -> str | None:
-        self._episode = EpisodeSpec.from_mapping(example)
+        # The row's other columns (`prompt`, the dataset's own) are TRL's and the user's: not refused as misspelt.
+        self._episode = checked_ends(EpisodeSpec.from_mapping(example))
         seed = example.get("seed")
         self._seed = int(seed) if seed is not None else next(_ROLLOUTS)
         self._steps, self._reward, self._done = 0, 0.0, False
@@ -71,8 +72,10 @@ class WorldModelToolEnv:
         """
         if self._done:
             return EPISODE_OVER
-        self._steps += 1
-        observation = self._simulator.step(action, seed=step_seed(self._seed, self._steps))
+        # Counted once answered: a request that failed (TRL shows the policy its error) is no step of the episode.
+        steps = self._steps + 1
+        observation = self._simulator.step(action, seed=step_seed(self._seed, steps))
+        self._steps = steps
         outcome = judge(self._episode, observation, self._steps)
         self._reward += outcome.reward
         self._done = outcome.terminated or outcome.truncated

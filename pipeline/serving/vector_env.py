@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from pipeline.serving.episode import EpisodeSpec
+from pipeline.serving.episode import EpisodeSpec, checked_ends
 from pipeline.serving.gym_env import WorldModelEnv
 
 # What `reset(options=...)` reads itself; every other key is an episode field for every sub-environment.
@@ -168,6 +168,6 @@ class WorldModelVectorEnv(VectorEnv[tuple[str, ...], Sequence[str], np.ndarray])
     ) -> tuple[str, dict[str, Any]]:
         env = self.envs[i]
         if isinstance(episode, EpisodeSpec):
-            env.episode = episode
+            env.episode = checked_ends(episode)
             return env.reset(seed=seed)
         return env.reset(seed=seed, options=dict(episode) if episode else None)
