@@ -121,10 +121,14 @@ def _workspace_root() -> Path:
     return config.workspace.root if config is not None else Path.cwd()
 
 
-def _store(read_only: bool = False):
+def _store(read_only: bool = False, existing: bool = True):
+    """The workspace's store. Only ingest, and a command given files of its own (`--data`, a checkpoint to export),
+    starts one: the others read what earlier stages stored, and in a workspace without a store (a mistyped
+    `workspace.path`, the default one relative to another directory) "run `simulacra split` first" sent the user to
+    the wrong fix and left an empty store behind."""
     from pipeline.store.database import open_store
 
-    return open_store(_config(), read_only=read_only)
+    return open_store(_config(), read_only=read_only, existing=existing)
 
 
 def _report(result) -> None:
@@ -151,7 +155,7 @@ def ingest(
     if not paths and not config.ingest.sources:
         console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config", soft_wrap=True)
         raise typer.Exit(2)
-    with _store() as store:
+    with _store(existing=False) as store:
         try:
             result = stage.run(
                 config, store, paths=paths, format_name=format_name, source_name=source, domain=domain, rescan=rescan
@@ -258,7 +262,7 @@ def export_checkpoint() -> None:
     from pipeline.serving.export_source import NothingToExport
     from stages import export as stage
 
-    with _store() as store:
+    with _store(existing=_config().export.checkpoint is None) as store:
         try:
             result = stage.run(_config(), store)
         except (NothingToExport, ValueError) as exc:
@@ -455,7 +459,7 @@ def evaluate(
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
     from stages import evaluate as stage
 
-    with _store() as store:
+    with _store(existing=not data) as store:
         result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
     _show_evaluation(result)
 
@@ -546,7 +550,7 @@ def fidelity(
     policies ranked in the simulator as in the real environments."""
     from stages import fidelity as stage
 
-    with _store() as store:
+    with _store(existing=not data) as store:
         result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
     out = table_console()
     _print_rows(

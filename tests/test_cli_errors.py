@@ -30,7 +30,18 @@ def forget_migration(workspace: Path) -> None:
 
 # (commands run first, or functions of the workspace; the command; the one line it must print)
 CASES = [
-    ("cpt on an empty workspace", [], ["cpt"], "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first"),
+    (
+        "cpt on an empty workspace",
+        [],
+        ["cpt"],
+        "cpt: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first (or check `workspace.path`)",
+    ),
+    (
+        "cpt before split",
+        [["ingest", TERMINAL]],
+        ["cpt"],
+        "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first",
+    ),
     (
         "cpt before scoring",
         [["ingest", TERMINAL], ["filter"], ["split"]],
@@ -44,15 +55,30 @@ CASES = [
         ["--set", "score.keep_ratios.echo=0.9", "cpt"],
         "cpt: 385 turn(s) of pool 'cpt' were scored under another `score` config or scorer version",
     ),
-    ("split before ingest", [], ["split"], "split: the store holds no trajectory: run `simulacra ingest` first"),
+    (
+        "split before ingest",
+        [],
+        ["split"],
+        "split: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first (or check `workspace.path`)",
+    ),
     (
         "run with a stage that does not exist",
         [],
         ["run", "--stages", "ingest,bogus"],
         "unknown stage(s) bogus; stages are ingest, filter, score, split, cpt, sft, rl, evaluate, fidelity, export",
     ),
-    ("filter before ingest", [], ["filter"], "filter: the store holds no trajectory: run `simulacra ingest` first"),
-    ("score before ingest", [], ["score"], "score: the store holds no trajectory: run `simulacra ingest` first"),
+    (
+        "filter before ingest",
+        [],
+        ["filter"],
+        "filter: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first (or check `workspace.path`)",
+    ),
+    (
+        "score before ingest",
+        [],
+        ["score"],
+        "score: no store at {workspace}/simulacra.duckdb: run `simulacra ingest` first (or check `workspace.path`)",
+    ),
     (
         "score before filter",
         [["ingest", TERMINAL]],
@@ -232,7 +258,10 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
         timeout=120,
     )
     assert done.returncode == 2
-    assert done.stderr == "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first\n"
+    assert (
+        done.stderr
+        == f"cpt: no store at {tmp_path}/simulacra.duckdb: run `simulacra ingest` first (or check `workspace.path`)\n"
+    )
 
 
 def test_a_config_error_keeps_each_field_on_one_line_whatever_the_terminal_width(tmp_path):

@@ -513,7 +513,7 @@ def test_the_card_says_which_answer_formats_were_trained_and_how_to_ask(thinking
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["export"], "export: no checkpoint of rl, sft or cpt is registered"),
+        (["export"], "export: no store at "),  # a workspace with nothing in it: not an empty store made there
         (["--set", "export.checkpoint=nowhere", "export"], "export: export.checkpoint: nowhere is neither"),
         (["serve", "."], "serve: . is not an exported world model (no simulacra.json)"),
     ],

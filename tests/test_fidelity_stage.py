@@ -336,6 +336,20 @@ def test_the_command_says_what_to_run_first_in_one_line(tmp_path, prepared):
     empty = CliRunner().invoke(app, ["--set", f"workspace.path={tmp_path / 'empty'}", "fidelity"])
     assert empty.exit_code == 2
     assert empty.output.strip() == (
+        f"fidelity: no store at {tmp_path / 'empty'}/simulacra.duckdb: run `simulacra ingest` first (or check "
+        "`workspace.path`)"
+    )
+    assert not (tmp_path / "empty").exists()  # nothing made where nothing was
+    unsplit = tmp_path / "unsplit"
+    assert (
+        CliRunner()
+        .invoke(app, ["--set", f"workspace.path={unsplit}", "ingest", str(REPO / "data/demo/terminal.jsonl")])
+        .exit_code
+        == 0
+    )
+    before_split = CliRunner().invoke(app, ["--set", f"workspace.path={unsplit}", "fidelity"])
+    assert before_split.exit_code == 2
+    assert before_split.output.strip() == (
         "fidelity: no eval-pool trajectory to roll out: run `simulacra split` first (with an eval share), or give "
         "--data FILE"
     )

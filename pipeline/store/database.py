@@ -5,6 +5,8 @@ opens the store for as long as it needs it, retries while another process holds 
 training reads Parquet snapshots instead of the live file.
 """
 
+import errno
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +29,14 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 class Store:
-    def __init__(self, path: Path | str, read_only: bool = False, lock_timeout_s: float = 120.0):
+    def __init__(
+        self, path: Path | str, read_only: bool = False, lock_timeout_s: float = 120.0, existing: bool = False
+    ):
+        """`existing`: the store must be there already (what a stage after ingest reads), else one line naming the
+        fix, not an empty store created where a mistyped `workspace.path` or another directory led."""
         self.path = Path(path)
         self.read_only = read_only
+        self.existing = existing or read_only
         self.lock_timeout_s = lock_timeout_s
         self._connection: duckdb.DuckDBPyConnection | None = None
 
@@ -46,7 +53,10 @@ class Store:
     def _open(self) -> duckdb.DuckDBPyConnection:
         if str(self.path) == ":memory:":  # DuckDB's in-memory database: no file, nothing to keep private
             return duckdb.connect(":memory:")
-        if self.read_only and not self.path.is_file():
+        if self.existing and not self.path.is_file():
+            under = next((folder for folder in self.path.parents if folder.exists()), None)
+            if under is not None and not under.is_dir():  # `workspace.path` through a file: no store can be there
+                raise self._unwritable(os.strerror(errno.ENOTDIR))
             raise UserFixableError(f"no store at {self.path}: run `simulacra ingest` first (or check `workspace.path`)")
         if not self.read_only:
             try:
@@ -165,6 +175,6 @@ class Store:
         return f"{count}:{digest:x}"
 
 
-def open_store(config: Any, read_only: bool = False) -> Store:
-    """The store of a config's workspace."""
-    return Store(config.workspace.database_path, read_only=read_only)
+def open_store(config: Any, read_only: bool = False, existing: bool = False) -> Store:
+    """The store of a config's workspace; `existing`: refused when there is none yet (Store)."""
+    return Store(config.workspace.database_path, read_only=read_only, existing=existing)
