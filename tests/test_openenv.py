@@ -213,6 +213,11 @@ def test_bad_requests_are_openenv_errors_over_the_websocket(server):
         ("/step", {"action": {"action": "ls"}}, 409, "WebSocket"),  # HTTP is stateless in OpenEnv
         ("/reset", {"seed": 1, "sucess_pattern": "3"}, 400, "sucess_pattern"),
         ("/reset", {"seed": 1, "task": "t", "success_pattern": "["}, 400, "not a regular expression"),
+        # Each was taken: a list asked as its repr, a mapping a 500, 2.7 steps as 2, a string's letters as tools.
+        ("/reset", {"task": ["count the notes"]}, 400, "`task` must be text, not list"),
+        ("/reset", {"task": "t", "initial_state": {"notes.txt": 3}}, 400, "`initial_state` must be text, not dict"),
+        ("/reset", {"task": "t", "max_steps": 2.7}, 400, "`max_steps` must be a whole number, not 2.7"),
+        ("/reset", {"task": "t", "tools": "lookup"}, 400, "`tools` must be a list of tool schemas"),
     ],
 )
 def test_bad_requests_are_4xx_over_http(server, path, body, status, named):
@@ -316,3 +321,10 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_world_model_is_asked(tm
     assert completed.stderr.strip() == (
         f"openenv: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
     )
+
+
+@pytest.mark.parametrize("given, steps", [(3, 3), (3.0, 3), ("3", 3), (None, None)])
+def test_a_step_limit_is_read_as_json_yaml_and_dataset_columns_give_a_whole_number(given, steps):
+    from pipeline.serving.episode import EpisodeSpec
+
+    assert EpisodeSpec.from_mapping({"task": "t", "max_steps": given}).max_steps == steps

@@ -27,6 +27,7 @@ from pipeline.errors import UserFixableError
 from pipeline.store.schema import SystemPrompt
 
 SUCCESS_REWARD = 1.0
+TEXT_PARTS = ("action_space", "initial_state", "demonstrations", "simulation_instructions")
 SYSTEM_PARTS = ("action_space", "tools", "initial_state", "demonstrations", "simulation_instructions")
 # Every name an episode is given by (`from_mapping`); a caller that must refuse misspelt ones checks against it.
 EPISODE_FIELDS = ("task", "task_description", *SYSTEM_PARTS, "verifier", "success_pattern", "max_steps")
@@ -42,16 +43,36 @@ class EpisodeSpec:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "EpisodeSpec":
-        """From a dataset row or gymnasium `options`: `task`, the system parts by name, and the ends."""
+        """From a dataset row or gymnasium `options`: `task`, the system parts by name, and the ends. A field of
+        the wrong type is a ValueError naming it: a list given as the task was asked as its Python repr, a mapping
+        as the initial state was a 500 of OpenEnv's server, and `max_steps: 2.7` was 2."""
+        for name in ("task", "task_description", *TEXT_PARTS, "verifier", "success_pattern"):
+            if values.get(name) is not None and not isinstance(values[name], str):
+                raise ValueError(f"`{name}` must be text, not {type(values[name]).__name__}")
+        tools = values.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(tool, dict) for tool in tools)):
+            raise ValueError("`tools` must be a list of tool schemas (mappings), as a chat request's `tools`")
         parts = {name: values[name] for name in SYSTEM_PARTS if values.get(name) is not None}
-        max_steps = values.get("max_steps")
         return cls(
-            task=str(values.get("task") or values.get("task_description") or ""),
+            task=values.get("task") or values.get("task_description") or "",
             system=SystemPrompt(**parts),
             verifier=values.get("verifier") or None,
             success_pattern=values.get("success_pattern") or None,
-            max_steps=int(max_steps) if max_steps is not None else None,
+            max_steps=_whole_number("max_steps", values.get("max_steps")),
         )
+
+
+def _whole_number(name: str, value: Any) -> int | None:
+    """An integer as JSON, YAML or a dataset column gives one (`3`, `3.0`, `"3"`); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be a whole number, not {value!r}")
+    return value
 
 
 class EpisodeError(ValueError):
