@@ -48,6 +48,19 @@ def test_greedy_answers_do_not_depend_on_the_batch(tiny, tmp_path):
     assert (client.tally.done, client.tally.completion_tokens) == (5, sum(a.completion_tokens for a in batched))
 
 
+def test_progress_advances_by_the_batch_its_answers_come_in(tiny, tmp_path, monkeypatch):
+    """Advanced answer by answer, a log's line came at the second of a batch of 24 that had all finished:
+    "validation.before: 2/24 (8%), 0.0574/s, elapsed 0:35, eta 6:23 (24 done, ...)" (the demo's log)."""
+    from pipeline import progress
+
+    seen: list[tuple[str, int, int | None]] = []
+    monkeypatch.setattr(progress, "OBSERVERS", [lambda *args: seen.append(args)])
+    answers(tiny, tmp_path, "batches", temperature=0, batch_size=3)
+    counts = [completed for role, completed, _ in seen if role == "generator"]
+    steps = sorted(after - before for before, after in zip(counts, counts[1:]))
+    assert (counts[0], counts[-1], steps) == (0, 5, [2, 3])  # the start, then a batch of 3 and one of 2, either first
+
+
 def test_a_rerun_answers_from_the_cache_without_loading_the_model(tiny, tmp_path):
     config = EndpointConfig(backend="transformers", model=str(tiny), max_tokens=8, device="cpu", batch_size=2)
     with Store(tmp_path / "store.duckdb") as store:
