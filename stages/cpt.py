@@ -43,6 +43,7 @@ from pipeline.informativeness import SCORER_VERSION
 from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.stage import StageResult
 from pipeline.store.atomic_files import write_text_atomic
+from pipeline.store.prerequisites import require_ingested
 from pipeline.store.snapshot import (
     export_snapshot,
     pool_size,
@@ -127,6 +128,7 @@ def _ensure_base_model(config, snapshot: Path, base_ref: str) -> None:
 
 
 def _plan(config, store) -> Plan:
+    require_ingested(store)  # an empty store's "pool 'cpt' holds no trajectory: run split" named the wrong fix
     require_scores(store, "cpt", config.section_hash("score"), SCORER_VERSION)
     if pool_size(store, "cpt") == 0:
         raise UserFixableError("pool 'cpt' holds no trajectory: run `simulacra split` first")

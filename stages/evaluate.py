@@ -71,6 +71,7 @@ from pipeline.sft.judging import CRITERIA
 from pipeline.sft.queries import Query, choose_targets, content_key, distinct_queries
 from pipeline.sft.sampling import digest
 from pipeline.stage import StageResult
+from pipeline.store.prerequisites import require_ingested
 from pipeline.store.snapshot import export_snapshot, pool_size, pools_fingerprint
 
 STAGE = "evaluate"
@@ -223,6 +224,7 @@ def build_eval_set(config, store, data: list[str] | None) -> tuple[EvalSet, Path
         items = {item.query.query_id: item for item in read}
         queries = [item.query for item in read]
     else:
+        require_ingested(store)  # an empty store's eval pool is empty because nothing was ingested: say that
         queries, repeats = _pool_queries(config, store, snapshot)
         name = EVAL_POOL
         if not queries:

@@ -64,6 +64,7 @@ from pipeline.orchestration.fingerprint import code_version
 from pipeline.progress import progress_bar
 from pipeline.sft.sampling import digest
 from pipeline.stage import StageResult
+from pipeline.store.prerequisites import require_ingested
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint
 from stages.evaluate import EvaluatedModel, baseline_model, default_models, named_models
 
@@ -113,6 +114,7 @@ def held_out_set(config, store, snapshot: Path, data: list[str] | None) -> HeldO
                 f"records read, {counts['records_failed']} failed to parse"
             )
         return read
+    require_ingested(store)
     held_out = pool_trajectories(store, snapshot, fidelity.max_trajectories, fidelity.seed, fidelity.max_steps)
     if not held_out.trajectories:
         raise FidelityInputError(

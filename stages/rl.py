@@ -37,6 +37,7 @@ from pipeline.errors import UserFixableError
 from pipeline.rl.base_model import rl_base_ref
 from pipeline.stage import StageResult
 from pipeline.store.atomic_files import write_text_atomic
+from pipeline.store.prerequisites import require_ingested
 from pipeline.store.snapshot import target_turns
 from pipeline.training.runs import (
     RunPlan,
@@ -71,6 +72,7 @@ class Plan(RunPlan):
 def _plan(config, store) -> Plan:
     from pipeline.store.snapshot import export_snapshot, pools_fingerprint
 
+    require_ingested(store)  # before "run `simulacra sft` first", which an empty store does not need first
     base_ref = rl_base_ref(config, store)
     if not target_turns(store, "rl"):
         raise UserFixableError(

@@ -57,6 +57,7 @@ from pipeline.sft.candidates import render_thinking_output
 from pipeline.sft.queries import Query, choose_targets, load_queries
 from pipeline.stage import StageResult
 from pipeline.store.atomic_files import write_text_atomic
+from pipeline.store.prerequisites import require_ingested
 from pipeline.store.snapshot import export_snapshot, pools_fingerprint, read_pool, target_turns
 from pipeline.training.budgets import THINKING_P95, answer_tokens, percentile_95, require_budget
 from pipeline.training.models import load_tokenizer
@@ -82,6 +83,7 @@ class Plan(RunPlan):
 
 
 def _plan(config, store) -> Plan:
+    require_ingested(store)  # before "run `simulacra cpt` first", which an empty store does not need first
     base_ref = sft_base_ref(config, store)
     if not target_turns(store, "sft"):
         raise UserFixableError(

@@ -302,3 +302,14 @@ def test_a_prefect_database_sqlite_cannot_read_is_one_line_before_any_server_sta
         f"not the store; move it aside (`mv {database} {database}.unreadable`) and rerun: Prefect starts a new one"
     )
     assert database.read_bytes() == b"not SQLite " * 500 and not (tmp_path / "simulacra.duckdb").exists()
+
+
+@pytest.mark.parametrize("stage", ["cpt", "sft", "rl", "evaluate", "fidelity"])
+def test_a_training_or_evaluating_stage_over_an_empty_store_names_ingest(tmp_path, stage):
+    """A store that exists and holds nothing (made by `simulacra run --stages cpt` in a new workspace, or by an
+    ingest that read nothing) sent the user to `split`, `cpt` or `sft` first, each of which would fail in turn."""
+    with Store(tmp_path / "simulacra.duckdb") as store:
+        assert store.scalar("SELECT count(*) FROM trajectories") == 0  # created, migrated, empty
+    result = simulacra(tmp_path, stage)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"{stage}: the store holds no trajectory: run `simulacra ingest` first"]
