@@ -9,6 +9,7 @@ The same pattern serves Python's `re` and DuckDB's RE2 (ingest redacts in SQL, o
 """
 
 import re
+from typing import Any
 
 REDACTED = "[redacted-secret]"
 
@@ -72,6 +73,18 @@ def secret_kind(text: str) -> str | None:
 
 def redact_shapes(text: str) -> str:
     return _COMPILED.sub(REDACTED, text)
+
+
+def redact_value(value: Any) -> Any:
+    """`value` with every string in it redacted, through lists and mappings (keys too): a tool schema, a turn's
+    metadata, as ingest redacts their JSON columns."""
+    if isinstance(value, str):
+        return redact_shapes(value)
+    if isinstance(value, list):
+        return [redact_value(item) for item in value]
+    if isinstance(value, dict):
+        return {redact_value(key): redact_value(item) for key, item in value.items()}
+    return value
 
 
 def sql_redacted(column: str) -> str:

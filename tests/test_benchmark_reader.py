@@ -231,3 +231,23 @@ def test_a_folder_is_read_as_ingest_reads_one_its_licence_and_readme_left_out(tm
     assert (read.records_read, read.records_failed) == (2, 0)
     named = read_benchmark([str(folder / "LICENSE")], "benchmark_target", None)
     assert (named.records_read, named.records_failed) == (1, 1)  # asked for by name: read, and said why it failed
+
+
+def test_a_credential_in_a_benchmark_file_never_reaches_a_prompt(tmp_path):
+    """Files given to `evaluate --data` and `fidelity --data` are not ingested, so ingest's redaction never saw
+    them; their text went as written into the prompts of the models and of the judge."""
+    key = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    row = awb_row(3, system_str=SYSTEM + f"\nGITHUB_TOKEN={key}")
+    row["response"][1] = f"{MARKER}\nexport GITHUB_TOKEN={key}\n"
+    shell = _trajectory([(f"echo {key}", key, {}), ("env | grep TOKEN", f"GITHUB_TOKEN={key}", {})])
+    read = read_benchmark(
+        [_write_jsonl(tmp_path / "awb.jsonl", [row]), _write_jsonl(tmp_path / "shell.jsonl", [shell])],
+        "benchmark_target",
+        None,
+    )
+    assert len(read.items) == 3
+    for item in read.items:
+        texts = [item.system_prompt or "", item.query.action, item.query.reference]
+        texts += [text for turn in item.query.history for text in (turn.action, turn.observation)]
+        assert not any(key in text for text in texts), texts
+    assert "GITHUB_TOKEN=[redacted-secret]" in read.items[-1].query.reference

@@ -439,6 +439,17 @@ def test_world_knowledge_errors_name_the_file_and_line(tmp_path, content, messag
         list(iter_documents([str(tmp_path / "news.jsonl")], 0))
 
 
+def test_a_credential_in_a_world_knowledge_document_is_never_trained_on(tokenizer, tmp_path):
+    """Ingest redacts the trajectories; a corpus document (a runbook) went into CPT's sequences as written."""
+    key = "sk-proj-" + "abcdefghijklmnopqrstuvwxyz0123"
+    (tmp_path / "runbook.txt").write_text(f"Before the deploy: export OPENAI_API_KEY={key} and run it.\n")
+    [(_, text)] = iter_documents([str(tmp_path)], 0)
+    assert text == "Before the deploy: export OPENAI_API_KEY=[redacted-secret] and run it.\n"
+    builder = SequenceBuilder(tokenizer, max_length=128, seed=0)
+    trained = list(mix_world_knowledge(builder, [str(tmp_path)], trajectory_label_tokens=10_000, ratio=1.0, seed=1))
+    assert "proj-abcdef" not in tokenizer.decode([t for sequence in trained for t in sequence.input_ids])
+
+
 def test_world_knowledge_missing_source_is_an_error(tmp_path):
     with pytest.raises(CorpusError, match="does not exist"):
         list(iter_documents([str(tmp_path / "nowhere.txt")], 0))

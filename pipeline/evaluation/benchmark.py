@@ -26,10 +26,11 @@ and nothing touches the workspace's store, so evaluating a benchmark is one step
 """
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
+from pipeline.secret_shapes import redact_value
 from pipeline.sft.queries import Query, choose_targets, content_key, query_at
 from pipeline.store.schema import THOUGHT, RecordError, ScoredTurn, Trajectory
 
@@ -99,7 +100,23 @@ def _trajectories(path: Path, read: BenchmarkRead) -> Iterator[Trajectory]:
                 read.fail(record.location, str(exc))
                 continue
             trajectory.location = record.location
-            yield trajectory
+            yield _without_credentials(trajectory)
+
+
+def _without_credentials(trajectory: Trajectory) -> Trajectory:
+    """The trajectory with every credential-shaped run redacted, as ingest stores one: benchmark files are read
+    without ingesting them, and their text goes into the prompts of the models evaluated and of the judge (an
+    endpoint elsewhere, maybe), and into the stored answers and reports."""
+    system = trajectory.system
+    trajectory.system = replace(
+        system, **{part.name: redact_value(getattr(system, part.name)) for part in fields(system)}
+    )
+    trajectory.task = redact_value(trajectory.task)
+    trajectory.metadata = redact_value(trajectory.metadata)
+    for turn in trajectory.turns:
+        turn.action, turn.observation = redact_value(turn.action), redact_value(turn.observation)
+        turn.tool_name, turn.metadata = redact_value(turn.tool_name), redact_value(turn.metadata)
+    return trajectory
 
 
 def file_trajectories(paths: Sequence[str], read: BenchmarkRead) -> Iterator[Trajectory]:

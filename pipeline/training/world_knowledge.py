@@ -26,6 +26,7 @@ import orjson
 
 from pipeline.errors import UserFixableError
 from pipeline.formats.sources import SKIPPED_NAMES, visible_files
+from pipeline.secret_shapes import redact_shapes
 from pipeline.store.content_digests import ContentDigests
 from pipeline.training.sequences import IGNORE_INDEX, SequenceBuilder, TokenSequence
 
@@ -124,7 +125,7 @@ def open_sources(specs: Sequence[str]) -> list[_Source]:
 
 
 def iter_documents(specs: Sequence[str], seed: int) -> Iterator[tuple[str, str]]:
-    """(source#index, text) for every document of every source, in one seeded order."""
+    """(source#index, text) for every document of every source, in one seeded order, credentials redacted."""
     sources = open_sources(specs)
     sizes = np.array([len(s.texts) for s in sources], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -133,7 +134,9 @@ def iter_documents(specs: Sequence[str], seed: int) -> Iterator[tuple[str, str]]
         index = int(position - offsets[which])
         text = sources[which].texts[index]
         if text and text.strip():
-            yield f"{sources[which].name}#{index}", text
+            # A corpus is the user's documents (a runbook, a wiki export): a key in one would be trained on, where
+            # ingest redacts the trajectories' own (pipeline/secret_shapes.py).
+            yield f"{sources[which].name}#{index}", redact_shapes(text)
 
 
 def mix_world_knowledge(
