@@ -6,6 +6,7 @@ training reads Parquet snapshots instead of the live file.
 """
 
 import errno
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ import duckdb
 from pipeline.config.workspace import make_private, make_private_file
 from pipeline.errors import UserFixableError
 from pipeline.store.migrations import MIGRATIONS, RowSweep
+
+log = logging.getLogger(__name__)
 
 
 class StoreBusy(UserFixableError):
@@ -76,6 +79,12 @@ class Store:
                     raise self._unwritable(
                         "permission denied" if "permission" in str(exc).lower() else "read-only file system"
                     ) from None
+                if _is_lock_error(exc) and delay == 0.05:  # once: the wait may be minutes, and silent it looked hung
+                    log.warning(
+                        "%s is held by another process (DuckDB allows one writer): waiting up to %.0fs for it",
+                        self.path,
+                        self.lock_timeout_s,
+                    )
                 if not _is_lock_error(exc) or time.monotonic() > deadline:
                     if _is_lock_error(exc):
                         raise StoreBusy(
