@@ -381,6 +381,33 @@ def test_a_port_another_process_holds_is_refused_before_anything_starts(tmp_path
     assert not list((project / "ws").rglob("simulacra-*.pid"))
 
 
+@pytest.mark.parametrize(
+    "port, said",
+    [
+        ("70000", "port 70000: a TCP port is 0-65535 (0 takes a free one): pass another --port"),
+        (
+            "0",
+            "--port 0: the Prefect server needs a fixed port (the UI's address and PREFECT_API_URL name it): pass one",
+        ),
+    ],
+)
+def test_a_port_no_server_can_take_is_refused_in_one_line(tmp_path, port, said):
+    """70000 ended in socket's OverflowError traceback; 0 started a server on a port only it knew."""
+    project = copy_project(tmp_path / "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
+    started = subprocess.run(
+        [sys.executable, "-P", "-m", "pipeline.cli", "--config", "simulacra.yaml", "server", "start", "--port", port],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert " ".join(started.stderr.split()).startswith(f"server: {said}")
+    assert not list((project / "ws").rglob("simulacra-*.pid"))
+
+
 def test_status_is_healthy_only_where_this_workspaces_server_answers(tmp_path):
     """Another server answering /health on the workspace's port (another workspace's Prefect server) was reported as
     `healthy: true` beside `server_pid: null`. A real HTTP server on 127.0.0.1 stands in for it."""

@@ -940,6 +940,16 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_model_loads(folder, tmp
     assert completed.stdout == ""  # nothing loaded, nothing announced
 
 
+@pytest.mark.parametrize("port", ["70000", "-5"])
+def test_a_port_outside_tcps_range_is_refused_in_one_line(folder, tmp_path, port):
+    """70000 ended in socket's OverflowError traceback, after the model had loaded."""
+    completed = _serve(folder, tmp_path, "--port", port)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip() == (
+        f"serve: port {port}: a TCP port is 0-65535 (0 takes a free one): pass another --port"
+    )
+
+
 def test_the_local_server_takes_the_port_it_bound_not_one_chosen_beforehand(folder, tmp_path):
     """`served_folder` (the fidelity stage's server) starts `simulacra serve --port 0` and reads the port from its
     serving line: a port picked first and handed over could be taken in between. The log is appended to, so an

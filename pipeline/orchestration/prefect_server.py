@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config.workspace import make_private
+from pipeline.errors import UserFixableError
 from pipeline.orchestration.deployments import write_bound
 from pipeline.orchestration.prefect_env import check_prefect_database, prefect_environment
 
@@ -179,6 +180,11 @@ class LocalServer:
         workspace's Prefect server among them, and deployed this workspace's flows to it."""
         from pipeline.serving.listening import listening_socket
 
+        if self.port == 0:  # a port the system picks would be known to Prefect's server alone
+            raise UserFixableError(
+                "--port 0: the Prefect server needs a fixed port (the UI's address and PREFECT_API_URL name it): "
+                "pass one, such as the default 4200"
+            )
         listening_socket("127.0.0.1", self.port).close()
 
     def _wait_ready(self, server: subprocess.Popen) -> None:

@@ -17,6 +17,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to (host, port), as uvicorn binds its own: IPv6 for a host with a colon, SO_REUSEADDR so a
     port a stopped server left in TIME_WAIT is free again at once. uvicorn starts listening on it. Port 0 takes a
     free port the system picks; `bound_port` says which."""
+    if not 0 <= port <= 65535:  # else socket's OverflowError, a traceback
+        raise UserFixableError(f"port {port}: a TCP port is 0-65535 (0 takes a free one): pass another --port")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
