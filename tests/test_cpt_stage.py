@@ -235,10 +235,14 @@ def test_domain_balance_repeats_the_smaller_domain_until_the_domains_share_alike
     assert "domains weighed" not in cpt._summary({**result.metrics, "domain_balance": 1.0})
 
 
-def test_an_empty_cpt_pool_is_an_error(tmp_path):
+def test_an_empty_cpt_pool_is_an_error_and_an_empty_store_names_ingest(tmp_path):
     config = cpt_config(tmp_path)
     with Store(config.workspace.database_path) as store:
-        with pytest.raises(RuntimeError, match="pool 'cpt' holds no trajectory"):
+        with pytest.raises(RuntimeError, match="the store holds no trajectory: run `simulacra ingest` first"):
+            cpt.run(config, store)
+        fill_store(store, n_trajectories=5)
+        store.execute("UPDATE splits SET pool = 'eval' WHERE pool = 'cpt'")
+        with pytest.raises(RuntimeError, match="pool 'cpt' holds no trajectory: run `simulacra split` first"):
             cpt.run(config, store)
 
 

@@ -202,7 +202,7 @@ def test_a_stage_run_before_its_inputs_names_what_to_run_first_not_a_rerun(tmp_p
     failed = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", "sft"])
     assert failed.exit_code == 2, failed.output
     printed = " ".join(failed.output.split())
-    refusal = "stage 'sft' failed: sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first"
+    refusal = "stage 'sft' failed: the store holds no trajectory: run `simulacra ingest` first"  # not "cpt first"
     assert refusal in printed
     assert "rerun the same command" not in printed
 
