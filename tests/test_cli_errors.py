@@ -43,6 +43,12 @@ CASES = [
         "cpt: pool 'cpt' holds no trajectory: run `simulacra split` first",
     ),
     (
+        "sft before cpt",
+        [["ingest", TERMINAL], ["filter"], ["score"], ["split"]],
+        ["sft"],
+        "sft: sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first",
+    ),
+    (
         "cpt before scoring",
         [["ingest", TERMINAL], ["filter"], ["split"]],
         ["cpt"],
