@@ -345,35 +345,30 @@ def test_gpu_job_templates_render_the_image_gpus_and_workspace_volume(template, 
     assert value == expected
 
 
+def start_server(tmp_path, port: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """`simulacra server start --port PORT` in a copy of the project, as a process, outside any Prefect settings."""
+    project = copy_project(tmp_path / "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
+    started = subprocess.run(
+        [sys.executable, "-P", "-m", "pipeline.cli", "--config", "simulacra.yaml", "server", "start", "--port", port],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return project, started
+
+
 def test_a_port_another_process_holds_is_refused_before_anything_starts(tmp_path):
     """`prefect server start` on a held port exits at once, and the health check took whatever answered there, another
     workspace's Prefect server among them, for this workspace's server and deployed to it. Now one line, status 2,
     and no process started (no pid file)."""
-    project = copy_project(tmp_path / "project")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        started = subprocess.run(
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "pipeline.cli",
-                "--config",
-                "simulacra.yaml",
-                "server",
-                "start",
-                "--port",
-                str(port),
-            ],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        project, started = start_server(tmp_path, str(port))
     assert started.returncode == 2, started.stdout + started.stderr
     assert " ".join(started.stderr.split()) == (
         f"server: port {port} on 127.0.0.1 is in use by another process: stop it, or pass another --port"
@@ -393,16 +388,7 @@ def test_a_port_another_process_holds_is_refused_before_anything_starts(tmp_path
 )
 def test_a_port_no_server_can_take_is_refused_in_one_line(tmp_path, port, said):
     """70000 ended in socket's OverflowError traceback; 0 started a server on a port only it knew."""
-    project = copy_project(tmp_path / "project")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
-    started = subprocess.run(
-        [sys.executable, "-P", "-m", "pipeline.cli", "--config", "simulacra.yaml", "server", "start", "--port", port],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    project, started = start_server(tmp_path, port)
     assert started.returncode == 2, started.stdout + started.stderr
     assert " ".join(started.stderr.split()).startswith(f"server: {said}")
     assert not list((project / "ws").rglob("simulacra-*.pid"))
