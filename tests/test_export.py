@@ -431,6 +431,23 @@ def test_the_export_takes_the_answer_format_the_checkpoint_was_trained_in(
         assert (fmt.name, fmt.thinking) == expected
 
 
+def test_an_exported_folder_exports_again_in_the_format_it_records(exported, tmp_path):
+    """`export.checkpoint=<an export>` (to export it with another licence, or somewhere else) asked for
+    export.prompt_format: an exported folder records its format in simulacra.json, not answer_format.json."""
+    config, result, _, _ = exported
+    first = json.loads((result.output_path / "simulacra.json").read_text())
+    again = config.model_copy(
+        update={
+            "workspace": config.workspace.model_copy(update={"path": tmp_path / "again"}),
+            "export": config.export.model_copy(update={"checkpoint": str(result.output_path), "destination": None}),
+        }
+    )
+    with Store(again.workspace.database_path) as store:
+        second = export.run(again, store)
+    metadata = json.loads((second.output_path / "simulacra.json").read_text())
+    assert (metadata["prompt_format"], metadata["answer_formats"]) == (first["prompt_format"], first["answer_formats"])
+
+
 PARTS_SYSTEM = SystemPrompt(
     task_description="Count the lines of notes.txt.",
     action_space="bash commands",
