@@ -317,20 +317,22 @@ def named_models(config, store, paths: list[str], thinking: bool) -> list[Evalua
         elif base is not None and Path(base.path).is_dir() and resolved == str(Path(base.path).resolve()):  # type: ignore[arg-type]  # a base has a path
             models.append(base)
         elif _is_model_folder(resolved) or config.evaluate.predictor.backend == "openai":
-            from pipeline.prompts.answer_format import FORMAT_FILE, model_format
+            from pipeline.prompts.answer_format import recorded_format
 
             local = _is_model_folder(resolved)
             identity = model_identity(resolved if local else path)
             label = "/".join(Path(path).parts[-2:]) or path  # `<fingerprint>/model` says more than `model`
-            # A folder that records its answer format is asked in it; otherwise `--thinking` decides.
-            recorded = local and (Path(resolved) / FORMAT_FILE).is_file()
-            fmt = model_format(resolved, None).name if recorded else (THINKING if thinking else NON_THINKING)
+            # A folder that records its answer format (a checkpoint, an export) is asked in it; else `--thinking`.
+            recorded = recorded_format(resolved) if local else None
+            fmt = recorded.name if recorded else (THINKING if thinking else NON_THINKING)
             models.append(
                 EvaluatedModel(f"path-{identity}", label, "external", resolved if local else path, fmt, identity)
             )
         else:
             raise EvaluationInputError(f"--checkpoint {path}: not a model folder (no config.json there)")
-    return models
+    # One model named twice (`--checkpoint run/model --checkpoint run/model/`) was evaluated twice under one row name:
+    # "3 models", its targets counted twice in the tables (250 of 125).
+    return list({model.checkpoint_id: model for model in models}.values())
 
 
 def baseline_model(config, store) -> EvaluatedModel | None:

@@ -448,6 +448,23 @@ def test_an_exported_folder_exports_again_in_the_format_it_records(exported, tmp
     assert (metadata["prompt_format"], metadata["answer_formats"]) == (first["prompt_format"], first["answer_formats"])
 
 
+def test_an_exported_folder_is_evaluated_in_the_format_it_was_trained_in(exported):
+    """`evaluate --checkpoint <an export>` asked it in the direct format (or in thinking with --thinking), whatever
+    the export records: a model trained to think was scored on answers it was never taught to give."""
+    from pipeline.prompts.answer_format import stage_format
+    from stages.evaluate import named_models
+
+    config, result, _, _ = exported
+    record = json.loads((result.output_path / "simulacra.json").read_text())
+    trained = stage_format(record["prompt_format"], record["thinking"])
+    with Store(config.workspace.database_path) as store:
+        for thinking in (False, True):  # the --thinking flag is for folders that record nothing
+            [model] = named_models(config, store, [str(result.output_path)], thinking)
+            assert model.prompt_format == trained.name
+        # Named twice (a trailing slash, a relative path): one model, not two rows of one name.
+        assert len(named_models(config, store, [str(result.output_path), f"{result.output_path}/"], False)) == 1
+
+
 PARTS_SYSTEM = SystemPrompt(
     task_description="Count the lines of notes.txt.",
     action_space="bash commands",

@@ -25,6 +25,8 @@ from pipeline.sft.candidates import ParsedCandidate, parse_candidate, parse_dire
 from pipeline.store.schema import SystemPrompt
 
 FORMAT_FILE = "answer_format.json"
+# An exported folder's record (pipeline/serving/export_folder.py writes it): its prompt and answer formats among it.
+EXPORT_RECORD = "simulacra.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +77,25 @@ def write_model_format(model_dir: Path, fmt: AnswerFormat) -> None:
     )
 
 
+def recorded_format(model_dir: str | Path) -> AnswerFormat | None:
+    """The format a model folder records: a checkpoint's `answer_format.json`, else an exported folder's
+    `simulacra.json` (its prompt format and whether it answers thinking); None for a folder that records neither.
+    An export given to `evaluate --checkpoint` was asked in the direct format whatever it had been trained in, and
+    `export.checkpoint=<an export>` asked for export.prompt_format."""
+    path = Path(model_dir) / FORMAT_FILE
+    if path.is_file():
+        return answer_format(json.loads(path.read_text())["format"])
+    try:
+        record = json.loads((Path(model_dir) / EXPORT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, or not JSON: the export's own reader says which (export_folder.py)
+        return None
+    if isinstance(record, dict) and record.get("prompt_format") in ("cpt", "sft", "rl"):
+        return stage_format(record["prompt_format"], bool(record.get("thinking")))
+    return None
+
+
 def model_format(model_dir: str | Path | None, stage: str | None) -> AnswerFormat:
-    """The format a model folder records; else the stage's format before the project was hybrid (sft and rl
-    trained thinking, everything else direct)."""
-    if model_dir is not None:
-        path = Path(model_dir) / FORMAT_FILE
-        if path.is_file():
-            return answer_format(json.loads(path.read_text())["format"])
-    return stage_format(stage or "base", thinking=stage in ("sft", "rl"))
+    """The format a model folder records (`recorded_format`); else the stage's format before the project was hybrid
+    (sft and rl trained thinking, everything else direct)."""
+    recorded = recorded_format(model_dir) if model_dir is not None else None
+    return recorded or stage_format(stage or "base", thinking=stage in ("sft", "rl"))

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserFixableError, out_of_space
+from pipeline.prompts.answer_format import EXPORT_RECORD
 from pipeline.serving.chat_template import chat_template
 from pipeline.serving.prompt_formats import ANSWER_FORMAT_NAMES, PromptFormat
 from pipeline.training.tiny_model import IM_END
 
-METADATA_FILE = "simulacra.json"
+METADATA_FILE = EXPORT_RECORD
 WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json")
 
 

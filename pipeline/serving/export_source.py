@@ -5,12 +5,10 @@ each training stage (rl, sft, cpt), the one with the best validation score
 (pipeline/serving/export_choice.py), in the prompt and answer format it was trained in.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.prompts.answer_format import FORMAT_FILE, model_format
-from pipeline.serving.export_folder import METADATA_FILE
+from pipeline.prompts.answer_format import model_format, recorded_format
 from pipeline.serving.prompt_formats import PROMPT_FORMATS, prompt_format
 
 
@@ -64,19 +62,10 @@ def resolve_source(config, store) -> SourceCheckpoint:
 
 def resolve_format(config, source: SourceCheckpoint):
     """The checkpoint's template and answer format, as it was trained (`answer_format.json` beside its
-    weights, else its stage's: pipeline/prompts/answer_format.py's `model_format`); `export.prompt_format`
-    names another template, in the same answer format."""
-    known = (source.path / FORMAT_FILE).is_file() or source.stage in PROMPT_FORMATS
+    weights, an exported folder's `simulacra.json`, else its stage's: pipeline/prompts/answer_format.py's
+    `model_format`); `export.prompt_format` names another template, in the same answer format."""
+    known = recorded_format(source.path) is not None or source.stage in PROMPT_FORMATS
     trained = model_format(source.path, source.stage) if known else None
-    if trained is None and (exported := _exported_format(source.path)) is not None:
-        # An exported folder given again (to export with another licence, or elsewhere) records its format in
-        # `simulacra.json`, where a checkpoint folder has `answer_format.json`: it was asked for export.prompt_format.
-        template, thinking = exported
-        name = config.export.prompt_format or template
-        try:
-            return prompt_format(name, thinking)
-        except ValueError as exc:
-            raise NothingToExport(f"export.prompt_format: {exc}") from None
     name = config.export.prompt_format or (trained.template if trained else None)
     if name is None or name not in PROMPT_FORMATS:
         raise NothingToExport(
@@ -90,14 +79,3 @@ def resolve_format(config, source: SourceCheckpoint):
             f"export.prompt_format: {exc}, and the checkpoint {source.checkpoint_id} was trained "
             "to answer thinking: choose sft or rl"
         ) from None
-
-
-def _exported_format(folder: Path) -> tuple[str, bool] | None:
-    """The prompt format and answer format an exported folder's `simulacra.json` records, if it is one."""
-    try:
-        metadata = json.loads((folder / METADATA_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(metadata, dict) or metadata.get("prompt_format") not in PROMPT_FORMATS:
-        return None
-    return metadata["prompt_format"], bool(metadata.get("thinking"))
