@@ -62,6 +62,7 @@ from pipeline.training.runs import (
     launch_from_command_line,
     register_checkpoint,
     release_resume_checkpoints,
+    release_run_folder,
     run_across_processes,
 )
 from pipeline.training.sequences import (
@@ -457,6 +458,7 @@ def record(store, plan: Plan) -> StageResult:
     stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
     register_checkpoint(store, STAGE, plan, metrics)
     release_resume_checkpoints(plan, metrics_file)
+    release_run_folder(plan.output_dir)
     summary = f"already trained: {_summary(metrics)} ({plan.output_dir})" if plan.done else _summary(metrics)
     return _result(plan, metrics, stats, summary)
 

@@ -8,7 +8,9 @@ processes, and writes it as JSON for a GPU worker elsewhere. A stage's own plan 
 with what only it needs.
 """
 
+import fcntl
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,48 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
             "remove it or choose another folder"
         )
     output_dir.mkdir(parents=True, exist_ok=True)
+    _hold_run_folder(output_dir)
     inputs = fingerprint_inputs(config, store, stage)
     write_text_atomic(
         recorded, json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n"
     )
     return output_dir, fingerprint
+
+
+# The run folders this process holds (their lock file's descriptor), from claim until the run is recorded.
+_HELD: dict[Path, int] = {}
+RUN_LOCK = "run.lock"
+
+
+def _hold_run_folder(output_dir: Path) -> None:
+    """Take the run folder for this process, or refuse in one line: two `simulacra cpt` (two clicks on a
+    deployment in the UI) trained the same run into the same folder at once, computing it twice and racing on its
+    checkpoints. An exclusive `flock` on `run.lock`, held until `release_run_folder`; the system lets it go when the
+    process ends however it ends, so a killed run leaves no stale lock. Not waited for: the waiting process would
+    hold the store, which the other one needs to record its run."""
+    if output_dir in _HELD:
+        return
+    handle = os.open(output_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(handle, 64).decode(errors="replace").strip() or "unknown"
+        os.close(handle)
+        raise UserFixableError(
+            f"{output_dir} is being trained by another process (pid {holder}): let it finish, then rerun "
+            "(its model is then reused, not trained again), or stop it"
+        ) from None
+    os.ftruncate(handle, 0)
+    os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+    _HELD[output_dir] = handle
+
+
+def release_run_folder(output_dir: Path) -> None:
+    """Let another process claim the run folder: its run is recorded."""
+    handle = _HELD.pop(output_dir, None)
+    if handle is not None:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        os.close(handle)
 
 
 def model_words(ref: str) -> str:
@@ -165,6 +204,7 @@ def complete_run(store, stage: str, plan: RunPlan, metrics: dict[str, Any], metr
     if not metrics_file.is_file():
         write_text_atomic(metrics_file, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     release_resume_checkpoints(plan, metrics_file)
+    release_run_folder(plan.output_dir)
 
 
 def release_resume_checkpoints(plan: RunPlan, metrics_file: Path) -> None:
