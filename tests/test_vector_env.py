@@ -259,6 +259,21 @@ def test_reset_gives_each_sub_environment_its_episode_or_only_those_masked(serve
     envs.close()
 
 
+def test_a_bad_episode_among_several_resets_none_of_them(server):
+    """The third episode's misspelt field was found after the first two had reset: the call failed half done."""
+    from pipeline.serving.episode import EpisodeError
+
+    envs = vector(server, EPISODES)
+    envs.reset(seed=0)
+    stepped, *_ = envs.step(["ls", "ls", "ls"])
+    bad = [{"task": "a"}, {"task": "b"}, {"task": "c", "sucess_pattern": "x"}]
+    with pytest.raises(EpisodeError, match="unknown episode field.*sucess_pattern"):
+        envs.reset(options={"episodes": bad})
+    assert [env.episode for env in envs.envs] == list(EPISODES)  # none replaced
+    assert [len(env.simulator.history) for env in envs.envs] == [1, 1, 1]  # none reset
+    envs.close()
+
+
 def test_a_failed_request_truncates_its_sub_episode_and_no_other(server):
     envs = vector(server, [EPISODES[1], EPISODES[2], EPISODES[1]])  # no step limit: only the failure ends one
     initial, _ = envs.reset(seed=0)

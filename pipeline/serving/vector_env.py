@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from pipeline.serving.episode import EpisodeSpec, checked_ends
+from pipeline.serving.episode import EpisodeSpec, checked_ends, episode_fields
 from pipeline.serving.gym_env import WorldModelEnv
 
 # What `reset(options=...)` reads itself; every other key is an episode field for every sub-environment.
@@ -75,7 +75,9 @@ class WorldModelVectorEnv(VectorEnv[tuple[str, ...], Sequence[str], np.ndarray])
         seeds = self._seeds(seed)
         options = dict(options or {})
         mask = self._reset_mask(options.pop(RESET_MASK_OPTION, None))
-        episodes = self._episodes(options)
+        # Every episode checked before any sub-environment resets: a bad third one left the first two reset and
+        # the call failed, half done.
+        episodes = [self._checked(episode) for episode in self._episodes(options)]
         infos: dict[str, Any] = {}
         for i in map(int, np.flatnonzero(mask)):
             self._observations[i], info = self._reset_one(i, seeds[i], episodes[i])
@@ -163,11 +165,15 @@ class WorldModelVectorEnv(VectorEnv[tuple[str, ...], Sequence[str], np.ndarray])
             raise ValueError(f"{len(episodes)} episodes for {self.num_envs} sub-environments: give one each")
         return list(episodes)
 
-    def _reset_one(
-        self, i: int, seed: int | None, episode: EpisodeSpec | Mapping[str, Any] | None
-    ) -> tuple[str, dict[str, Any]]:
+    @staticmethod
+    def _checked(episode: EpisodeSpec | Mapping[str, Any] | None) -> EpisodeSpec | None:
+        """An episode as given (its fields checked, `WorldModelEnv.reset`'s way), or None to keep the one there."""
+        if episode is None:
+            return None
+        return checked_ends(episode) if isinstance(episode, EpisodeSpec) else episode_fields(dict(episode))
+
+    def _reset_one(self, i: int, seed: int | None, episode: EpisodeSpec | None) -> tuple[str, dict[str, Any]]:
         env = self.envs[i]
-        if isinstance(episode, EpisodeSpec):
-            env.episode = checked_ends(episode)
-            return env.reset(seed=seed)
-        return env.reset(seed=seed, options=dict(episode) if episode else None)
+        if episode is not None:
+            env.episode = episode
+        return env.reset(seed=seed)
