@@ -625,6 +625,7 @@ def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_
     that failed still counted as a step, so the episode was truncated one step early; a misspelt domain was put into
     the prompt as a domain the model never saw."""
     import gymnasium
+    from openai import APIConnectionError
 
     from pipeline.serving.episode import EpisodeError, EpisodeSpec
     from pipeline.serving.gym_env import WorldModelEnv
@@ -647,7 +648,7 @@ def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_
     with monkeypatch.context() as down:
         down.setattr(env.simulator.client, "base_url", "http://127.0.0.1:1/v1/")  # nothing listens there
         down.setattr(env.simulator.client, "max_retries", 0)
-        with pytest.raises(Exception, match="Connection error"):
+        with pytest.raises(APIConnectionError):
             env.step("ls")
     first, second = env.step("ls"), env.step("ls")
     assert (first[4]["steps"], first[3], second[4]["steps"], second[3]) == (1, False, 2, True)  # the limit, not sooner
@@ -829,6 +830,8 @@ def test_trl_grpo_trainer_drives_the_environment_factory(server, tmp_path):
 def test_trl_environment_counts_answered_steps_and_refuses_an_episode_that_cannot_end_well(server, monkeypatch):
     """A request that failed inside `act` (TRL shows the policy the error, and the policy may try again) counted
     as a step of the episode; a row's `max_steps: 0` made every step the last."""
+    from openai import APIConnectionError
+
     from pipeline.serving.episode import EpisodeError
     from pipeline.serving.trl_env import EPISODE_OVER, WorldModelToolEnv
 
@@ -840,7 +843,7 @@ def test_trl_environment_counts_answered_steps_and_refuses_an_episode_that_canno
     with monkeypatch.context() as down:
         down.setattr(environment._simulator.client, "base_url", "http://127.0.0.1:1/v1/")  # nothing listens there
         down.setattr(environment._simulator.client, "max_retries", 0)
-        with pytest.raises(Exception, match="Connection error"):
+        with pytest.raises(APIConnectionError):
             environment.act("ls")
     assert environment.act("ls") != EPISODE_OVER  # the one step the episode has: not spent by the failure
     assert environment.act("ls") == EPISODE_OVER
