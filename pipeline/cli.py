@@ -131,6 +131,14 @@ def _store(read_only: bool = False, existing: bool = True):
     return open_store(_config(), read_only=read_only, existing=existing)
 
 
+def _known_domain(domain: str) -> None:
+    """`--domain`, one of the store's domains: else one line naming them (pydantic's was four and a web address)."""
+    from pipeline.store.schema import DOMAINS
+
+    if domain not in DOMAINS:
+        raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
+
+
 def _report(result) -> None:
     console.print(f"[bold]{result.stage}[/bold]: {result.summary}", highlight=False, soft_wrap=True)
 
@@ -146,11 +154,10 @@ def ingest(
     rescan: Annotated[bool, typer.Option(help="Re-read files already ingested with the same content.")] = False,
 ) -> None:
     """Read trajectories into the store; malformed records go to quarantine with their reason."""
-    from pipeline.store.schema import DOMAINS
     from stages import ingest as stage
 
-    if domain is not None and domain not in DOMAINS:  # else pydantic's four lines and its web address
-        raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
+    if domain is not None:
+        _known_domain(domain)
     config = _config()
     if not paths and not config.ingest.sources:
         console.print("nothing to ingest: give PATHs or list `ingest.sources` in the config", soft_wrap=True)
@@ -367,10 +374,7 @@ def openenv_serve(
     ] = None,
 ) -> None:
     """Serve a world-model endpoint as an OpenEnv environment: HTTP and WebSocket, for OpenEnv's EnvClient."""
-    from pipeline.store.schema import DOMAINS
-
-    if domain not in DOMAINS:
-        raise UserFixableError(f"unknown domain `{domain}`: --domain is one of {', '.join(DOMAINS)}")
+    _known_domain(domain)
     from pipeline.serving.episode import read_episode
     from pipeline.serving.listening import listening_socket
     from pipeline.serving.openenv_preflight import probe_world_model, require_openenv

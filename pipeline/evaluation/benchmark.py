@@ -63,14 +63,14 @@ class BenchmarkRead:
 
 
 def _files(paths: Sequence[str]) -> Iterator[Path]:
-    """A file as named; a folder's data files, by ingest's rule (`is_data_name`): its LICENSE and README were read
-    as records and counted as failing to parse, three of them in `make learn`'s public folders."""
-    from pipeline.formats.sources import is_data_name, visible_files
+    """A file as named; a folder's data files, walked as ingest walks one (`expand`): its LICENSE and README were
+    read as records and counted as failing to parse, three of them in `make learn`'s public folders."""
+    from pipeline.formats.sources import expand
 
     for name in paths:
         path = Path(name).expanduser()
         if path.is_dir():
-            yield from sorted(p for p in visible_files(path) if is_data_name(p))
+            yield from (Path(found.path) for found in expand(str(path)))
         elif path.is_file():
             yield path
         else:

@@ -27,8 +27,8 @@ from pipeline.errors import UserFixableError
 from pipeline.store.schema import SystemPrompt
 
 SUCCESS_REWARD = 1.0
-TEXT_PARTS = ("action_space", "initial_state", "demonstrations", "simulation_instructions")
 SYSTEM_PARTS = ("action_space", "tools", "initial_state", "demonstrations", "simulation_instructions")
+TEXT_PARTS = tuple(part for part in SYSTEM_PARTS if part != "tools")  # tools are a list of schemas
 # Every name an episode is given by (`from_mapping`); a caller that must refuse misspelt ones checks against it.
 EPISODE_FIELDS = ("task", "task_description", *SYSTEM_PARTS, "verifier", "success_pattern", "max_steps")
 

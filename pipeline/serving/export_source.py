@@ -64,8 +64,9 @@ def resolve_format(config, source: SourceCheckpoint):
     """The checkpoint's template and answer format, as it was trained (`answer_format.json` beside its
     weights, an exported folder's `simulacra.json`, else its stage's: pipeline/prompts/answer_format.py's
     `model_format`); `export.prompt_format` names another template, in the same answer format."""
-    known = recorded_format(source.path) is not None or source.stage in PROMPT_FORMATS
-    trained = model_format(source.path, source.stage) if known else None
+    trained = recorded_format(source.path) or (
+        model_format(None, source.stage) if source.stage in PROMPT_FORMATS else None
+    )
     name = config.export.prompt_format or (trained.template if trained else None)
     if name is None or name not in PROMPT_FORMATS:
         raise NothingToExport(
