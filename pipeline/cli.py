@@ -220,18 +220,29 @@ def init_model(
     out: Annotated[Path | None, typer.Option(help="Output folder (default: <workspace>/models/tiny).")] = None,
 ) -> None:
     """Build the tiny offline model (tokenizer + random Qwen3/Llama) from local text: no model hub."""
+    from pipeline.formats.file_encoding import not_utf8_text
     from pipeline.formats.sources import visible_files
     from pipeline.training.models import tiny_model_dir
     from pipeline.training.tiny_model import build_tiny_model
 
-    files = sorted(f for p in text for f in ([p] if p.is_file() else visible_files(p)) if f.is_file())
+    if missing := [str(p) for p in text if not p.exists()]:
+        console.print(f"init-model: no such file or folder: {', '.join(missing)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    found = sorted(f for p in text for f in ([p] if p.is_file() else visible_files(p)) if f.is_file())
+    # A folder of text often holds an image or an archive; read as text, its bytes would become tokens.
+    other = [f for f in found if not_utf8_text(f)]
+    files = [f for f in found if f not in other]
+    passed_over = f" ({len(other)} files not UTF-8 text passed over, e.g. {other[0]})" if other else ""
     if not files:
-        console.print(f"init-model: no text files under {', '.join(map(str, text))}", highlight=False, soft_wrap=True)
+        where = ", ".join(map(str, text))
+        console.print(f"init-model: no text files under {where}{passed_over}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     config = _config()
     path = build_tiny_model(config.model.tiny, files, out or tiny_model_dir(config))
     console.print(
-        f"tiny model written to {path} (tokenizer trained on {len(files)} files)", highlight=False, soft_wrap=True
+        f"tiny model written to {path} (tokenizer trained on {len(files)} files){passed_over}",
+        highlight=False,
+        soft_wrap=True,
     )
 
 

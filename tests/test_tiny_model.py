@@ -220,3 +220,32 @@ def test_init_model_trains_its_tokenizer_on_the_visible_files_of_a_folder(corpus
     )
     assert result.exit_code == 0, result.output
     assert f"tiny model written to {tmp_path / 'tiny'} (tokenizer trained on 1 files)" in result.output
+
+
+def test_init_model_passes_over_files_that_are_not_text_and_names_a_missing_one(corpus, tmp_path):
+    """A folder of notes beside an image and an archive: their bytes were read as text (U+FFFD and control
+    characters) into the tokenizer's training text."""
+    import gzip
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "shell.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    (text / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
+    (text / "old.txt.gz").write_bytes(gzip.compress(b"ls -la\n" * 50))
+    settings = ["--set", f"workspace.path={tmp_path / 'ws'}"]
+    result = CliRunner().invoke(app, [*settings, "init-model", str(text), "--out", str(tmp_path / "tiny")])
+    assert result.exit_code == 0, result.output
+    assert "(tokenizer trained on 1 files) (2 files not UTF-8 text passed over, e.g." in result.output
+
+    only_binary = CliRunner().invoke(app, [*settings, "init-model", str(text / "logo.png")])
+    assert only_binary.exit_code == 2
+    assert (
+        f"init-model: no text files under {text / 'logo.png'} (1 files not UTF-8 text passed over" in only_binary.output
+    )
+    missing = CliRunner().invoke(app, [*settings, "init-model", str(tmp_path / "nope")])
+    assert missing.exit_code == 2
+    assert f"init-model: no such file or folder: {tmp_path / 'nope'}" in missing.output

@@ -70,6 +70,14 @@ def sniff(path: Path) -> str | None:
     return text[2] if text else None
 
 
+def not_utf8_text(path: Path) -> bool:
+    """A file that is not UTF-8 text: gzip, or a NUL byte in its first 8 KiB (git's test for binary), which no UTF-8
+    text holds and UTF-16/32 text does."""
+    with Path(path).open("rb") as handle:
+        head = handle.read(8192)
+    return head.startswith(GZIP_MAGIC) or b"\x00" in head
+
+
 def utf8_bytes(path: Path) -> bytes:
     """The file's content as UTF-8: decompressed, transcoded, its BOM dropped. Undecodable bytes
     become U+FFFD, so the record holding them is quarantined by the JSON parser, not the whole file."""
