@@ -60,19 +60,19 @@ _ANYWHERE = [shape for shape in SHAPES.values() if not shape.startswith(_WORD_ST
 PATTERN = "|".join(
     [_WORD_START + "(?:" + "|".join(f"(?:{shape})" for shape in _AT_WORD_START) + ")", *(f"(?:{s})" for s in _ANYWHERE)]
 )
-_COMPILED = re.compile(PATTERN)
+SHAPE_PATTERN = re.compile(PATTERN)
 
 
 def secret_kind(text: str) -> str | None:
     """The kind of the first credential-shaped run in `text`, or None."""
-    found = _COMPILED.search(text)
+    found = SHAPE_PATTERN.search(text)
     if found is None:
         return None
     return next(kind for kind, shape in SHAPES.items() if re.fullmatch(shape, found.group(0)))
 
 
 def redact_shapes(text: str) -> str:
-    return _COMPILED.sub(REDACTED, text)
+    return SHAPE_PATTERN.sub(REDACTED, text)
 
 
 def redact_value(value: Any) -> Any:

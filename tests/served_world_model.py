@@ -31,10 +31,18 @@ MODEL_NAME = "world-model-test"
 
 
 def teach(
-    model_dir: Path, messages: list[dict[str, str]], answer: str, tokenizer=None, tools=None, fmt=SFT_FORMAT
+    model_dir: Path,
+    messages: list[dict[str, str]],
+    answer: str,
+    tokenizer=None,
+    tools=None,
+    fmt=SFT_FORMAT,
+    more: tuple[tuple[list[dict[str, str]], str], ...] = (),
+    steps: int = 60,
 ) -> None:
     """Overfit the tiny model on one query's answer (a thinking block, then an observation), so the
-    served model really writes thinking and the server's separation of it is tested on a real output."""
+    served model really writes thinking and the server's separation of it is tested on a real output;
+    `more` (query, answer) pairs are taught in the same steps."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -43,18 +51,20 @@ def teach(
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         tokenizer.chat_template = chat_template(fmt)
-    prompt = tokenizer(
-        tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True),
-        add_special_tokens=False,
-    )["input_ids"]
-    target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    examples = []
+    for query, taught in ((messages, answer), *more):
+        prompt = tokenizer(
+            tokenizer.apply_chat_template(query, tools=tools, tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        target = tokenizer(taught, add_special_tokens=False)["input_ids"] + [end]
+        examples.append((torch.tensor([prompt + target]), torch.tensor([[-100] * len(prompt) + target])))
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    ids = torch.tensor([prompt + target])
-    labels = torch.tensor([[-100] * len(prompt) + target])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     torch.manual_seed(0)
-    for _ in range(60):
-        loss = model(input_ids=ids, labels=labels).loss
+    for _ in range(steps):
+        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels in examples)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -656,6 +656,10 @@ def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_
 
 DIRECT_FORMAT = prompt_format("sft", thinking=False)
 DIRECT_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
+# A second taught answer: the environment of an agent that ran `env` with its own token set.
+TOKEN = "ghp_R8sT2vWx9YzA4bC6dE1fG3hJ5kL7mN0pQ2rSu4"
+ENV_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "env")
+ENV_ANSWER = f"HOME=/root\nGITHUB_TOKEN={TOKEN}\nSHELL=/bin/bash"
 
 
 @pytest.fixture(scope="module")
@@ -665,7 +669,7 @@ def direct_server(tmp_path_factory):
     model = build_tiny_model(
         TinyModelConfig(max_position_embeddings=512), [REPO / "data/demo/terminal.jsonl"], root / "tiny"
     )
-    teach(model, DIRECT_QUERY, "3 notes.txt", fmt=DIRECT_FORMAT)
+    teach(model, DIRECT_QUERY, "3 notes.txt", fmt=DIRECT_FORMAT, more=((ENV_QUERY, ENV_ANSWER),), steps=120)
     folder = write_export(
         model,
         root / "export",
@@ -710,6 +714,37 @@ def test_a_direct_model_answers_in_content_with_no_reasoning(direct_server):
     chunks = list(client.chat.completions.create(messages=DIRECT_QUERY, stream=True, **ask))
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "3 notes.txt"
     assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in chunks)
+
+
+def test_a_key_the_model_recites_is_redacted_whole_streamed_and_in_logprobs(direct_server):
+    """The model was taught to answer `env` with a GitHub token in it: the agent gets `REDACTED`, in the content,
+    in every streamed delta (none holds a piece of the token, and they add up to the whole answer) and in the
+    logprobs' tokens, whose alternatives are dropped where they stand for the token."""
+    from openai import OpenAI
+
+    from pipeline.secret_shapes import REDACTED
+
+    client = OpenAI(base_url=direct_server, api_key="unused", max_retries=0)
+    ask = dict(model="world-model-direct", messages=ENV_QUERY, max_tokens=80, temperature=0)
+    whole = client.chat.completions.create(logprobs=True, top_logprobs=2, **ask).choices[0]
+    assert whole.message.content == ENV_ANSWER.replace(TOKEN, REDACTED)
+    pieces = [TOKEN[i : i + 6] for i in range(4, len(TOKEN) - 5)]
+
+    def holds_a_piece(text: str) -> bool:
+        return any(piece in text for piece in pieces)
+
+    tokens = whole.logprobs.content
+    assert not holds_a_piece("".join(entry.token for entry in tokens))
+    assert [entry.token for entry in tokens].count(REDACTED) == 1
+    assert all(entry.top_logprobs == [] for entry in tokens if entry.token in (REDACTED, ""))
+    assert all(len(entry.top_logprobs) == 2 for entry in tokens if entry.token not in (REDACTED, ""))
+
+    chunks = list(client.chat.completions.create(stream=True, logprobs=True, **ask))
+    deltas = [chunk.choices[0].delta.content or "" for chunk in chunks]
+    assert "".join(deltas) == whole.message.content
+    assert not any(holds_a_piece(delta) or "ghp_" in delta for delta in deltas)
+    streamed = [entry for chunk in chunks if chunk.choices[0].logprobs for entry in chunk.choices[0].logprobs.content]
+    assert [entry.token for entry in streamed] == [entry.token for entry in tokens]
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ one may hold neither (pipeline/config/llm.py): credentials belong in the environ
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
-from pipeline.secret_shapes import REDACTED, redact_shapes
+from pipeline.secret_shapes import REDACTED, SHAPE_PATTERN
 
 # A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
 _MASK_RUN = re.compile(r"[*.\u2026\u2022]{3,}")
@@ -66,6 +66,12 @@ def remember_secret(secret: str) -> None:
     _known.add(secret)
 
 
+def known_key_characters() -> set[str]:
+    """Every character of the keys this process read: what a streamed answer holds back while a key may be coming
+    (pipeline/serving/answer_redaction.py)."""
+    return set().union(*_known)
+
+
 def remember_environment_keys(endpoints: Iterable[EndpointConfig]) -> None:
     """Remember the key each endpoint reads from the environment before any client is opened, so that `redact`
     replaces it in what is stored first (a flow run's overrides, flows/stored_parameters.py). A Prefect Secret
@@ -98,30 +104,61 @@ def _visible_suffix(text: str, start: int, secret: str) -> int:
     return 0
 
 
-def _redact_masked(text: str, secret: str) -> str:
-    """Replace each mask run with a recognisable end of `secret` beside it, ends included. Scans the
-    mask runs and compares their neighbours, rather than one regex alternative per prefix length:
-    linear in the text, and `redact` runs on every answer."""
-    pieces, kept_to = [], 0
+def _masked_spans(text: str, secret: str) -> list[tuple[int, int]]:
+    """Each mask run with a recognisable end of `secret` beside it, ends included. Scans the mask runs and compares
+    their neighbours, rather than one regex alternative per prefix length: linear in the text, and `redact` runs on
+    every answer."""
+    spans: list[tuple[int, int]] = []
     for run in _MASK_RUN.finditer(text):
         before = _visible_prefix(text, run.start(), secret)
         after = _visible_suffix(text, run.end(), secret)
-        if (before or after) and run.start() - before >= kept_to:
-            pieces += [text[kept_to : run.start() - before], REDACTED]
-            kept_to = run.end() + after
-    return "".join(pieces) + text[kept_to:] if pieces else text
+        if (before or after) and (not spans or run.start() - before >= spans[-1][1]):
+            spans.append((run.start() - before, run.end() + after))
+    return spans
+
+
+def _occurrences(text: str, part: str) -> Iterator[tuple[int, int]]:
+    if not part:
+        return
+    at = text.find(part)
+    while at != -1:
+        yield at, at + len(part)
+        at = text.find(part, at + len(part))
+
+
+def secret_spans(text: str, secret: str | None = None) -> list[tuple[int, int]]:
+    """Where `text` holds a credential, as sorted (start, end) spans that do not overlap: every form of `secret` and
+    of every key this process read, and every credential-shaped run (pipeline/secret_shapes.py): a key this process
+    never read, which an endpoint quotes from its own environment or a model recites from its training data. Spans
+    rather than a replaced text, so that what covers a span can be told too: the tokens of a served answer's
+    logprobs (pipeline/serving/answer_redaction.py)."""
+    found = [match.span() for match in SHAPE_PATTERN.finditer(text)]
+    for key in _known | ({secret} if secret else set()):
+        found += _occurrences(text, key)
+        if len(key) >= _MIN_KEY:
+            # Written backwards (an answer asked to disguise the key, issue 29.9): no prose spells a long key so.
+            found += _occurrences(text, key[::-1])
+            found += _masked_spans(text, key)
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(found):
+        if merged and start < merged[-1][1]:  # overlapping forms are one span
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def redact(text: str, secret: str | None = None) -> str:
-    """`text` with every form of `secret` and of every key this process read replaced by `REDACTED`, and every
-    credential-shaped run too (pipeline/secret_shapes.py): a key this process never read, which an endpoint
-    quotes from its own environment or a model recites from its training data."""
-    for key in sorted(_known | ({secret} if secret else set()), key=len, reverse=True):
-        text = text.replace(key, REDACTED)
-        if len(key) >= _MIN_KEY:
-            # Written backwards (an answer asked to disguise the key, issue 29.9): no prose spells a long key so.
-            text = _redact_masked(text.replace(key[::-1], REDACTED), key)
-    return redact_shapes(text)
+    """`text` with each of its `secret_spans` replaced by `REDACTED`."""
+    return replace_spans(text, secret_spans(text, secret))
+
+
+def replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    pieces, kept_to = [], 0
+    for start, end in spans:
+        pieces += [text[kept_to:start], REDACTED]
+        kept_to = end
+    return "".join(pieces) + text[kept_to:] if pieces else text
 
 
 def public_url(url: str) -> str:

@@ -21,12 +21,16 @@ The history sent is shortened exactly as training shortened it (issue 19: a long
 queries with), then, while the server says the prompt and its token budget pass the context length,
 the oldest kept turn is dropped, one at a time, as SFT samples drop theirs (pipeline/sft/samples.py).
 `history` itself keeps every turn; `last_history_sent` says how many went into the last request.
+
+An observation and its thinking are redacted here (pipeline/llm/credentials.py): an episode is an agent's
+training sample, and vLLM's server, unlike `simulacra serve`, sends a recited key as the model wrote it.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+from pipeline.llm.credentials import redact
 from pipeline.serving.prompt_formats import prompt_format as named_format
 from pipeline.serving.prompt_formats import world_model_messages
 from pipeline.serving.thinking import split_thinking
@@ -159,6 +163,8 @@ class WorldModelEnvironment:
             thinking = extra.get("reasoning_content", extra.get("reasoning"))
             if thinking is None:
                 thinking, content = split_thinking(content)
-        self.last_thinking = thinking
+        # vLLM's server sends what the model wrote; `simulacra serve` has redacted it already (a no-op then).
+        content = redact(content)
+        self.last_thinking = redact(thinking) if thinking is not None else None
         self.history.append((action, content))
         return content

@@ -11,6 +11,10 @@ parts or structured fields) and how the answer is read: thinking, the thinking g
 in is a 400 naming those it was. `GET /v1/models` and `GET /v1/models/{id}` describe the model (context
 length, prompt format, answer formats); `GET /health` says it is up, with the decoder's load.
 
+A credential in an answer (a key the model recites from the history it was sent or from its training data) is
+replaced by `[redacted-secret]`, streamed or not, in `content`, `reasoning_content` and logprobs' tokens
+(pipeline/serving/answer_redaction.py): an answer is an agent's observation, and so its training sample.
+
 Requests are decoded together (pipeline/llm/batching.py). A request whose client goes away
 (a closed stream, a timed-out client) is cancelled and leaves the batch at the next token.
 
@@ -32,6 +36,8 @@ from typing import Any
 from pydantic_core import ErrorDetails
 
 from pipeline.llm.batching import DRAFT_TOKENS, Row, Sampling, Scheduler, Step, TokenLogprob
+from pipeline.llm.credentials import redact
+from pipeline.serving.answer_redaction import SettledText, SettledTokens, redacted_tokens
 from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFormat, world_model_messages
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
@@ -192,13 +198,16 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
     return Prepared(request, prompt, sampling, thinking)
 
 
-def _logprob_entry(model, token: TokenLogprob) -> dict[str, Any]:
-    def described(token_id: int, logprob: float) -> dict[str, Any]:
-        text = model.token_text(token_id)
+def _logprob_entry(model, token: TokenLogprob, replacement: str | None = None) -> dict[str, Any]:
+    """A token's logprob entry; with a `replacement` (the token is part of a credential), that text and no
+    alternatives (pipeline/serving/answer_redaction.py)."""
+
+    def described(token_id: int, logprob: float, text: str | None = None) -> dict[str, Any]:
+        text = model.token_text(token_id) if text is None else text
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", errors="replace"))}
 
-    entry = described(token.token_id, token.logprob)
-    entry["top_logprobs"] = [described(token_id, value) for token_id, value in token.top]
+    entry = described(token.token_id, token.logprob, replacement)
+    entry["top_logprobs"] = [] if replacement is not None else [described(i, value) for i, value in token.top]
     return entry
 
 
@@ -347,13 +356,15 @@ def build_app(
         choices = []
         for index in range(n):
             step = finals[index]
-            message: dict[str, Any] = {"role": "assistant", "content": step.text}
+            text = redact(step.text)
+            message: dict[str, Any] = {"role": "assistant", "content": text}
             if prepared.thinking:  # a direct answer is all observation: nothing in it is split off
-                thinking, observation = split_thinking(step.text)
+                thinking, observation = split_thinking(text)
                 message["reasoning_content"] = thinking
                 if not prepared.request.include_thinking:
                     message["content"] = observation
-            logprobs = [_logprob_entry(model, token) for token in rows[index].logprobs]
+            tokens = [(token, model.token_text(token.token_id)) for token in rows[index].logprobs]
+            logprobs = [_logprob_entry(model, token, shown) for token, shown in redacted_tokens(tokens)]
             choices.append(
                 {
                     "index": index,
@@ -382,6 +393,8 @@ def build_app(
         try:
             n = len(rows)
             streams = [AnswerStream(prepared.thinking, prepared.request.include_thinking) for _ in range(n)]
+            texts = [SettledText() for _ in range(n)]
+            tokens = [SettledTokens() for _ in range(n)]
             for index in range(n):
                 yield chunk(index, {"role": "assistant", "content": ""})
             finished, completion_tokens = 0, 0
@@ -391,13 +404,17 @@ def build_app(
                     yield event(_error_body(500, f"generation failed: {step.error}"))
                     return
                 final = step.finish_reason is not None
-                reasoning, content = streams[index].deltas(step.text, final)
+                # Shown as far as no later token can change its redaction; the rest waits for the next steps.
+                reasoning, content = streams[index].deltas(texts[index].advance(step.text, final), final)
                 delta: dict[str, Any] = {}
                 if reasoning:
                     delta["reasoning_content"] = reasoning
                 if content:
                     delta["content"] = content
-                logprobs = {"content": [_logprob_entry(model, step.logprob)]} if step.logprob is not None else None
+                if step.logprob is not None:
+                    tokens[index].add(step.logprob, model.token_text(step.logprob.token_id))
+                released = [_logprob_entry(model, token, shown) for token, shown in tokens[index].release(final)]
+                logprobs = {"content": released} if released else None
                 if delta or logprobs or final:
                     yield chunk(index, delta, step.finish_reason, logprobs)
                 if final:
