@@ -474,8 +474,17 @@ def evaluate(
     """Score every checkpoint against the base and the retrieval baseline: judge (0-100) and judge-free metrics."""
     from stages import evaluate as stage
 
+    config = _config()
+    if data and config.evaluate.max_queries is not None and config.evaluate.benchmark.max_items_per_path is None:
+        # A budget set and silently not applied: a check meant for 12 targets of tau-bench asked all 413.
+        console.print(
+            f"evaluate: evaluate.max_queries ({config.evaluate.max_queries}) limits the eval pool, not --data files, "
+            "whose every target is scored; evaluate.benchmark.max_items_per_path limits those",
+            highlight=False,
+            soft_wrap=True,
+        )
     with _store(existing=not data) as store:
-        result = stage.run(_config(), store, checkpoints=checkpoint, data=data, thinking=thinking)
+        result = stage.run(config, store, checkpoints=checkpoint, data=data, thinking=thinking)
     _show_evaluation(result)
 
 
