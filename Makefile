@@ -104,6 +104,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/install.py
 	$(BIN)/python bench/gguf_conversion.py
 	$(BIN)/python bench/new_store.py
+	$(BIN)/python bench/kv_budget.py
 
 clean-demo:
 	rm -rf simulacra-workspace

@@ -325,6 +325,14 @@ def serve(
             "the model agrees (the same answers, fewer steps); 0 decodes one token a step.",
         ),
     ] = DRAFT_TOKENS,
+    kv_cache_gib: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Embedded engine: the KV cache's budget in GiB; requests wait while the batch's rows times its widest "
+            "(prompt and answer budget) would pass it. Default: a quarter of the memory on a CPU, none on a GPU.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a world model as the environment: OpenAI-compatible /v1/chat/completions (streaming too),
     /v1/models, /health."""
@@ -345,7 +353,9 @@ def serve(
         raise typer.Exit(2)
     from pipeline.serving.server import serve as run_server
 
-    run_server(checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)), draft_tokens)
+    run_server(
+        checkpoint, host, port, device, max_tokens, max_batch, int(max_body_mb * (1 << 20)), draft_tokens, kv_cache_gib
+    )
 
 
 @app.command("openenv")

@@ -378,3 +378,45 @@ def test_int8_weights_answer_every_request_under_keys_of_their_own(tiny, tmp_pat
         generator_label(GeneratorConfig(samples=2, endpoint=e), "base", "pools") for e in (float_config, int8_config)
     }
     assert len(labels) == 2
+
+
+def test_rows_wait_while_the_batch_would_pass_the_kv_cache_budget(tiny):
+    """A budget of three rows' cache: of eight long rows at most three decode together, each with the answer it
+    gets with no budget; a row wider than the whole budget still runs, alone. Without a budget a benchmark's long
+    histories padded every row of the batch to the longest (19 tau-bench rows, 13 GB)."""
+    import threading
+
+    from pipeline.llm.batching import Row, Sampling, Scheduler, default_kv_cache_gib, kv_bytes_per_token
+    from pipeline.training.models import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny))
+    model = load_causal_lm(str(tiny)).eval()
+    config = model.config
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4
+    assert kv_bytes_per_token(model) == per_token
+    prompts = [tokenizer.encode(f"cat notes-{i}.txt | grep -c error", add_special_tokens=False) for i in range(8)]
+    extent = max(map(len, prompts)) + 6
+
+    def decode(asked: list[list[int]], kv_cache_gib: float | None):
+        scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=8, kv_cache_gib=kv_cache_gib)
+        done, ended = threading.Event(), []
+
+        def listener(step) -> None:
+            if step.finish_reason is not None:
+                ended.append(step)
+                if len(ended) == len(asked):
+                    done.set()
+
+        rows = [Row(prompt, Sampling(max_tokens=6, temperature=0.0, ignore_eos=True), 0, listener) for prompt in asked]
+        scheduler.submit(rows)
+        assert done.wait(60)
+        scheduler.close()
+        return [row.generated for row in rows], scheduler.largest_batch
+
+    unbounded, largest = decode(prompts, kv_cache_gib=1000.0)
+    assert largest == 8
+    budgeted, largest = decode(prompts, kv_cache_gib=(3 * extent + 0.5) * per_token / (1 << 30))
+    assert largest == 3 and budgeted == unbounded
+    alone, largest = decode(prompts[:2], kv_cache_gib=extent * per_token / 2 / (1 << 30))
+    assert largest == 1 and alone == unbounded[:2]
+    assert default_kv_cache_gib("cuda") is None and 0 < default_kv_cache_gib("cpu") < 1 << 20

@@ -121,6 +121,14 @@ class EndpointConfig(Section):
         "long answers decode alone at the end (the demo's 48 SFT candidates: 269 s at 8 rows, 276 s at 24) more "
         "rows gain nothing. 8 keeps a 0.6B model's long contexts within a 24 GB machine.",
     )
+    kv_cache_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="transformers: the KV cache's budget in GiB. Rows join the batch while its rows times its widest "
+        "row (prompt plus `max_tokens`: every row's cache is as wide as the widest's) fit; a row alone runs whatever "
+        "its width. None: a quarter of the machine's memory on a CPU, no budget on an accelerator (`batch_size` "
+        "alone). Long histories (a benchmark's) otherwise pad every row to the longest.",
+    )
     stop_on_repetition: int | None = Field(
         default=64,
         ge=8,

@@ -5,7 +5,8 @@ the batch at once and a waiting one takes its place, where one `generate` call r
 end of its longest (a 135M model's answers on the demo run from 3 to 320 tokens in one batch).
 
 One decoding thread owns the model. Each step it
-1. admits waiting rows (one row per choice of a request, so `n` = 4 is four rows) up to `max_batch`:
+1. admits waiting rows (one row per choice of a request, so `n` = 4 is four rows) up to `max_batch`, while the
+   batch's rows times its widest row's prompt and answer budget fit the KV cache's budget (`_admitted`):
    prompts that begin alike run their common beginning once (`prefix_families`: an evaluation pass
    asks many targets of one environment, which share its system prompt, and of one trajectory, which
    share its history too; on 30 of the demo's targets that is 8,098 prompt tokens run as 2,089), the
@@ -130,6 +131,7 @@ class Scheduler:
         max_batch: int,
         min_shared_prefix: int | None = MIN_SHARED_PREFIX,
         draft_tokens: int = DRAFT_TOKENS,
+        kv_cache_gib: float | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -139,6 +141,10 @@ class Scheduler:
             min_shared_prefix  # None: every prompt prefilled whole (bench/prefix_sharing.py's baseline)
         )
         self.draft_tokens = draft_tokens  # 0: one token a row a step, no prompt lookup
+        # The KV cache's budget in cached tokens of this model (`kv_cache_gib`; None: a quarter of the machine's
+        # memory on a CPU, none on an accelerator, where `max_batch` alone limits the rows).
+        budget = kv_cache_gib if kv_cache_gib is not None else default_kv_cache_gib(model.device.type)
+        self.kv_cache_tokens = None if budget is None else int(budget * (1 << 30)) // kv_bytes_per_token(model)
         self.drafted = self.accepted = 0  # draft tokens run and kept (greedy rows)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._waiting: deque[Row] = deque()
@@ -184,8 +190,7 @@ class Scheduler:
                     if self._closed:
                         return
                     self._wake.wait()
-                room = self.max_batch - (batch.size if batch else 0)
-                admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+                admitted = self._admitted(batch.rows if batch else [])
             try:
                 with torch.inference_mode():
                     admitted = [row for row in admitted if not self._finish_cancelled(row)]
@@ -202,6 +207,22 @@ class Scheduler:
             self.running = batch.size if batch else 0
             if batch:
                 self.largest_batch = max(self.largest_batch, batch.size)
+
+    def _admitted(self, running: list[Row]) -> list[Row]:
+        """Waiting rows that join the batch, in order: up to `max_batch` rows, while the batch's rows times its widest
+        row (prompt and answer budget: every row's cache is as wide as the widest's) fit the KV cache's budget; a row
+        alone runs whatever its width. Long prompts otherwise filled the batch with rows padded to the longest (a
+        benchmark's whole histories: 19 rows of tau-bench, 13 GB on a 24 GB machine)."""
+        admitted: list[Row] = []
+        rows = len(running)
+        widest = max((_extent(row) for row in running), default=0)
+        while self._waiting and rows < self.max_batch:
+            width = max(widest, _extent(self._waiting[0]))
+            if rows and self.kv_cache_tokens is not None and (rows + 1) * width > self.kv_cache_tokens:
+                break
+            admitted.append(self._waiting.popleft())
+            rows, widest = rows + 1, width
+        return admitted
 
     def _finish_cancelled(self, row: Row) -> bool:
         if row.cancelled:
@@ -522,6 +543,29 @@ def _begin_alike(first: tuple[int, ...], second: tuple[int, ...]) -> int:
             break
         length += 1
     return length
+
+
+def _extent(row: Row) -> int:
+    """The most positions a row can take in the cache: its prompt and its answer budget."""
+    return len(row.prompt) + row.sampling.max_tokens
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes one cached token takes across the model's layers: its keys and values."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+def default_kv_cache_gib(device_type: str) -> float | None:
+    """A quarter of the machine's memory on a CPU (the cache's buffers reserve half as much again to grow into,
+    and the model, its activations and the rest of the process share the rest); None on an accelerator, whose
+    rows `max_batch` limits."""
+    if device_type != "cpu":
+        return None
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 4 / (1 << 30)
 
 
 def _copied(cache, rows: int):

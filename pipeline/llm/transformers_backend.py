@@ -136,7 +136,12 @@ class TransformersBackend:
 
         model, tokenizer, stops = await asyncio.to_thread(self._load)
         scheduler = self.scheduler = Scheduler(
-            model, tokenizer, stops, max_batch=self.batch_size, draft_tokens=self.endpoint.draft_tokens
+            model,
+            tokenizer,
+            stops,
+            max_batch=self.batch_size,
+            draft_tokens=self.endpoint.draft_tokens,
+            kv_cache_gib=self.endpoint.kv_cache_gib,
         )
         one_generate = asyncio.Lock()
 

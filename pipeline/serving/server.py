@@ -212,7 +212,12 @@ def _logprob_entry(model, token: TokenLogprob, replacement: str | None = None) -
 
 
 def build_app(
-    model, default_max_tokens: int, max_batch: int = 32, max_body_bytes: int = 4 << 20, draft_tokens: int = DRAFT_TOKENS
+    model,
+    default_max_tokens: int,
+    max_batch: int = 32,
+    max_body_bytes: int = 4 << 20,
+    draft_tokens: int = DRAFT_TOKENS,
+    kv_cache_gib: float | None = None,
 ):
     """The FastAPI application over a loaded `WorldModel`."""
     from fastapi import FastAPI, Request
@@ -220,7 +225,14 @@ def build_app(
     from starlette.exceptions import HTTPException
 
     app = FastAPI(title="Simulacra world model", docs_url=None, redoc_url=None, openapi_url=None)
-    scheduler = Scheduler(model.model, model.tokenizer, model.stop_token_ids, max_batch, draft_tokens=draft_tokens)
+    scheduler = Scheduler(
+        model.model,
+        model.tokenizer,
+        model.stop_token_ids,
+        max_batch,
+        draft_tokens=draft_tokens,
+        kv_cache_gib=kv_cache_gib,
+    )
     app.state.scheduler = scheduler
     fingerprint = f"simulacra-{model.metadata.get('fingerprint', 'unknown')}"
 
@@ -440,6 +452,7 @@ def serve(
     max_batch: int,
     max_body_bytes: int,
     draft_tokens: int = DRAFT_TOKENS,
+    kv_cache_gib: float | None = None,
 ) -> None:
     import uvicorn
 
@@ -454,5 +467,5 @@ def serve(
         f"context {model.context_length}) at http://{host}:{port}/v1",
         flush=True,
     )
-    app = build_app(model, default_max_tokens, max_batch, max_body_bytes, draft_tokens)
+    app = build_app(model, default_max_tokens, max_batch, max_body_bytes, draft_tokens, kv_cache_gib)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[sock])
