@@ -187,12 +187,32 @@ def test_a_literal_end_of_turn_inside_an_action_stays_text_as_in_training(tiny):
     assert ids.count(end) == 4  # one per message; the two typed ones are text
 
 
+def _decoded(scheduler, asked: list[tuple[list[int], int]], sampling) -> list:
+    """The rows of `asked` (prompt, choice) decoded to their end by `scheduler`, which is then closed."""
+    import threading
+
+    from pipeline.llm.batching import Row
+
+    done, ended = threading.Event(), []
+
+    def listener(step) -> None:
+        if step.finish_reason is not None:
+            ended.append(step)
+            if len(ended) == len(asked):
+                done.set()
+
+    rows = [Row(prompt, sampling, choice, listener) for prompt, choice in asked]
+    scheduler.submit(rows)
+    assert done.wait(60)
+    scheduler.close()
+    return rows
+
+
 def test_rows_with_one_prompt_share_its_prefill(tiny):
     """The K samples of a query (or n choices of a request) are one prompt: it runs through the model once
     and every row decodes from a copy of its cache, with the answers each row gets when prefilled alone."""
-    import threading
 
-    from pipeline.llm.batching import Row, Sampling, Scheduler
+    from pipeline.llm.batching import Sampling, Scheduler
     from pipeline.training.models import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny))
@@ -201,21 +221,7 @@ def test_rows_with_one_prompt_share_its_prefill(tiny):
 
     def decode(asked: list[tuple[list[int], int]], max_batch: int):
         scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=max_batch)
-        done, ended = threading.Event(), []
-
-        def listener(step) -> None:
-            if step.finish_reason is not None:
-                ended.append(step)
-                if len(ended) == len(asked):
-                    done.set()
-
-        rows = [
-            Row(prompt, Sampling(max_tokens=8, temperature=1.0, seed=5, ignore_eos=True), choice, listener)
-            for prompt, choice in asked
-        ]
-        scheduler.submit(rows)
-        assert done.wait(60)
-        scheduler.close()
+        rows = _decoded(scheduler, asked, Sampling(max_tokens=8, temperature=1.0, seed=5, ignore_eos=True))
         return [row.generated for row in rows], scheduler.prefilled_tokens
 
     asked = [(prompts[0], 0), (prompts[0], 1), (prompts[1], 0), (prompts[0], 2)]
@@ -230,11 +236,10 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
     """Prompts of one environment share its system prompt, targets of one trajectory its history too: each
     common beginning runs once (a family within a family), and every row's greedy answer and first logits
     are those it gets when its whole prompt is prefilled alone."""
-    import threading
 
     import torch
 
-    from pipeline.llm.batching import Row, Sampling, Scheduler
+    from pipeline.llm.batching import Sampling, Scheduler
     from pipeline.training.models import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny))
@@ -255,26 +260,9 @@ def test_prompts_that_begin_alike_run_their_common_beginning_once(tiny):
         scheduler = Scheduler(
             model, tokenizer, [tokenizer.eos_token_id], max_batch=len(asked), min_shared_prefix=min_shared_prefix
         )
-        done, ended, first = threading.Event(), [], {}
-
-        def listener(step) -> None:
-            if step.finish_reason is not None:
-                ended.append(step)
-                if len(ended) == len(asked):
-                    done.set()
-
-        rows = [
-            Row(
-                prompt,
-                Sampling(max_tokens=6, temperature=0, ignore_eos=True, logprobs=True, top_logprobs=3),
-                0,
-                listener,
-            )
-            for prompt in asked
-        ]
-        scheduler.submit(rows)
-        assert done.wait(60)
-        scheduler.close()
+        first = {}
+        sampling = Sampling(max_tokens=6, temperature=0, ignore_eos=True, logprobs=True, top_logprobs=3)
+        rows = _decoded(scheduler, [(prompt, 0) for prompt in asked], sampling)
         for i, row in enumerate(rows):
             first[i] = torch.tensor([logprob for _, logprob in row.logprobs[0].top])
         return [row.generated for row in rows], first, scheduler.prefilled_tokens
@@ -384,9 +372,8 @@ def test_rows_wait_while_the_batch_would_pass_the_kv_cache_budget(tiny):
     """A budget of three rows' cache: of eight long rows at most three decode together, each with the answer it
     gets with no budget; a row wider than the whole budget still runs, alone. Without a budget a benchmark's long
     histories padded every row of the batch to the longest (19 tau-bench rows, 13 GB)."""
-    import threading
 
-    from pipeline.llm.batching import Row, Sampling, Scheduler, default_kv_cache_gib, kv_bytes_per_token
+    from pipeline.llm.batching import Sampling, Scheduler, default_kv_cache_gib, kv_bytes_per_token
     from pipeline.training.models import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny))
@@ -399,18 +386,9 @@ def test_rows_wait_while_the_batch_would_pass_the_kv_cache_budget(tiny):
 
     def decode(asked: list[list[int]], kv_cache_gib: float | None):
         scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=8, kv_cache_gib=kv_cache_gib)
-        done, ended = threading.Event(), []
-
-        def listener(step) -> None:
-            if step.finish_reason is not None:
-                ended.append(step)
-                if len(ended) == len(asked):
-                    done.set()
-
-        rows = [Row(prompt, Sampling(max_tokens=6, temperature=0.0, ignore_eos=True), 0, listener) for prompt in asked]
-        scheduler.submit(rows)
-        assert done.wait(60)
-        scheduler.close()
+        rows = _decoded(
+            scheduler, [(prompt, 0) for prompt in asked], Sampling(max_tokens=6, temperature=0.0, ignore_eos=True)
+        )
         return [row.generated for row in rows], scheduler.largest_batch
 
     unbounded, largest = decode(prompts, kv_cache_gib=1000.0)
