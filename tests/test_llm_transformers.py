@@ -398,3 +398,6 @@ def test_rows_wait_while_the_batch_would_pass_the_kv_cache_budget(tiny):
     alone, largest = decode(prompts[:2], kv_cache_gib=extent * per_token / 2 / (1 << 30))
     assert largest == 1 and alone == unbounded[:2]
     assert default_kv_cache_gib("cuda") is None and 0 < default_kv_cache_gib("cpu") < 1 << 20
+    from types import SimpleNamespace
+
+    assert kv_bytes_per_token(SimpleNamespace(config=SimpleNamespace(), dtype=model.dtype)) is None  # no budget

@@ -144,7 +144,8 @@ class Scheduler:
         # The KV cache's budget in cached tokens of this model (`kv_cache_gib`; None: a quarter of the machine's
         # memory on a CPU, none on an accelerator, where `max_batch` alone limits the rows).
         budget = kv_cache_gib if kv_cache_gib is not None else default_kv_cache_gib(model.device.type)
-        self.kv_cache_tokens = None if budget is None else int(budget * (1 << 30)) // kv_bytes_per_token(model)
+        per_token = kv_bytes_per_token(model)
+        self.kv_cache_tokens = None if budget is None or per_token is None else int(budget * (1 << 30)) // per_token
         self.drafted = self.accepted = 0  # draft tokens run and kept (greedy rows)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._waiting: deque[Row] = deque()
@@ -550,13 +551,17 @@ def _extent(row: Row) -> int:
     return len(row.prompt) + row.sampling.max_tokens
 
 
-def kv_bytes_per_token(model) -> int:
-    """Bytes one cached token takes across the model's layers: its keys and values."""
+def kv_bytes_per_token(model) -> int | None:
+    """Bytes one cached token takes across the model's layers: its keys and values. None for a config that does not
+    say (no budget then, rather than a guess)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    try:
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return 2 * config.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    except (AttributeError, TypeError):
+        return None
 
 
 def default_kv_cache_gib(device_type: str) -> float | None:
