@@ -231,7 +231,7 @@ def init_model(
     found = sorted(f for p in text for f in ([p] if p.is_file() else visible_files(p)) if f.is_file())
     # A folder of text often holds an image or an archive; read as text, its bytes would become tokens.
     other = [f for f in found if not_utf8_text(f)]
-    files = [f for f in found if f not in other]
+    files = sorted(set(found) - set(other))
     passed_over = f" ({len(other)} files not UTF-8 text passed over, e.g. {other[0]})" if other else ""
     if not files:
         where = ", ".join(map(str, text))
