@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 from pipeline.llm import credentials
 from pipeline.llm.batching import TokenLogprob
-from pipeline.secret_shapes import REDACTED
+from pipeline.secret_shapes import REDACTED, SHAPES
 
 _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-.~+/=*\u2026\u2022")
 # The shapes whose match crosses spaces or a `:` (pipeline/secret_shapes.py), by the word that leads them.
 _LEADS = ("bearer", "aws_secret_access_key")
 _KEY_BLOCK_BEGIN = re.compile(r"-----BEGIN ")
 _KEY_BLOCK_HEADER = re.compile(r"-----BEGIN ([A-Z ]*)-----")
-_KEY_BLOCK = re.compile(r'-----BEGIN [A-Z ]*PRIVATE KEY-----[^"]*?-----END [A-Z ]*PRIVATE KEY-----')
+_KEY_BLOCK = re.compile(SHAPES["private key"])
 
 
 def _open_lead(text: str, cut: int) -> int | None:
