@@ -174,7 +174,10 @@ def ingest(
     not_read = result.metrics["paths_not_read"]
     if not_read:  # what was read is kept; the rest needs the user (permissions, the network), then a rerun adds it
         hub = sum(entry["path"].startswith("hf://") for entry in not_read)
-        fixes = ["make the files readable"] if hub < len(not_read) else []
+        cut = sum(entry["reason"].startswith(stage.CUT_SHORT) for entry in not_read)
+        fixes = ["make the files readable"] if hub + cut < len(not_read) else []
+        if cut:  # the file is there and readable: it is incomplete
+            fixes.append("copy or download again the files cut short")
         if hub:  # "make them readable" said nothing to do of a dataset the Hub could not be reached for
             fixes.append(
                 "reach the Hugging Face Hub (network; HF_TOKEN for a gated dataset) or download the dataset to a folder and ingest that"

@@ -13,6 +13,10 @@ from typing import Any
 
 REDACTED = "[redacted-secret]"
 
+_PRIVATE_KEY_HEADER = r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+# A whole private key: what a growing answer's redaction waits for (pipeline/serving/answer_redaction.py).
+PRIVATE_KEY_BLOCK = _PRIVATE_KEY_HEADER + r'[^"]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----'
+
 SHAPES = {
     "OpenAI or Anthropic API key": r"\bsk-[A-Za-z0-9_\-]{20,}",
     "Hugging Face token": r"\bhf_[A-Za-z0-9]{30,}",
@@ -30,17 +34,28 @@ SHAPES = {
     # A signed token's three parts; its header and claims are base64url JSON objects, so both begin `eyJ` (`{"`).
     "JSON Web Token": r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
     "Azure storage account key": r"\bAccountKey=[A-Za-z0-9+/]{40,}={0,2}",
-    # The secret key has no prefix of its own; in a credentials file or the environment its name stands before it.
-    # Unquoted forms only: across a JSON string's quotes the replacement would leave the JSON invalid.
-    "AWS secret access key": r"\b(?i:aws_secret_access_key)\s*[:=]\s*[A-Za-z0-9/+]{40}\b",
     # An HTTP credential whatever issued it (`Authorization: Bearer ...` in a curl command or a log). Twenty
     # characters and more: a placeholder such as `$TOKEN` or `<token>` is left as written.
     "bearer token": r"\b(?i:bearer)\s+[A-Za-z0-9_\-.~+/]{20,}=*",
-    # Its body stops at a quote: inside JSON text (a tool's arguments, a cached request) the replacement stays within
-    # one string, so the JSON stays valid however the fields around it read.
-    "private key": r'-----BEGIN [A-Z ]*PRIVATE KEY-----[^"]*?-----END [A-Z ]*PRIVATE KEY-----',
+    # A PEM or PGP block (`-----BEGIN PGP PRIVATE KEY BLOCK-----`). Its body stops at a quote: inside JSON text (a
+    # tool's arguments, a cached request) the replacement stays within one string, so the JSON stays valid however
+    # the fields around it read. A block with no end line (`head id_rsa`, an observation cut at its length cap) is
+    # a key too: from its header on, as far as the characters of a key's body and armour headers go (`\n` as JSON
+    # text escapes it).
+    "private key": PRIVATE_KEY_BLOCK + r"|" + _PRIVATE_KEY_HEADER + r"(?:[A-Za-z0-9+/=\s:,.-]|\\[nr])*",
 }
-# The shapes of 2026-12-05, which migration 12 swept stores for; migration 13 sweeps again for the rest.
+# Credentials known by the name that stands before them, not by a shape of their own: the name and what separates
+# it from the value (a JSON or YAML key's quotes, `=`, `:`) are kept and the value alone is replaced, so that JSON
+# stays JSON. AWS's secret access key, as a credentials file, the environment, an SDK's config (`secretAccessKey`)
+# and STS's JSON (`"SecretAccessKey": "..."`) name it; a value longer than 40 characters keeps its tail.
+NAMED = {
+    "AWS secret access key": (r"(?i:secret_?access_?key)", r"[A-Za-z0-9/+]{40}"),
+}
+# What may stand between a name and its value: quotes (backslashed where the text is itself a JSON string's), then
+# `:` or `=`, then quotes again.
+NAME_SEPARATOR = r"[\\\"\x27]*\s*[:=]\s*[\\\"\x27]*"
+# The shapes of 2026-12-05, which migration 12 swept stores for; migration 13 sweeps again for the rest, and
+# migration 14 for the named credentials' quoted forms, PGP blocks and private keys without an end line.
 FIRST_SHAPES = (
     "OpenAI or Anthropic API key",
     "Hugging Face token",
@@ -57,8 +72,17 @@ FIRST_SHAPES = (
 _WORD_START = r"\b"
 _AT_WORD_START = [shape.removeprefix(_WORD_START) for shape in SHAPES.values() if shape.startswith(_WORD_START)]
 _ANYWHERE = [shape for shape in SHAPES.values() if not shape.startswith(_WORD_START)]
+# The named credentials come first, their name and separator the pattern's one capturing group: what a replacement
+# keeps (`\1` in RE2's rewrite, the group in Python's); every other shape is replaced whole.
+_NAMED = "|".join(f"(?:{name})" for name, _ in NAMED.values())
+_NAMED_VALUE = "|".join(f"(?:{value})" for _, value in NAMED.values())
+NAMED_ALTERNATIVE = f"(?:((?:{_NAMED}){NAME_SEPARATOR})(?:{_NAMED_VALUE}))"
 PATTERN = "|".join(
-    [_WORD_START + "(?:" + "|".join(f"(?:{shape})" for shape in _AT_WORD_START) + ")", *(f"(?:{s})" for s in _ANYWHERE)]
+    [
+        NAMED_ALTERNATIVE,
+        _WORD_START + "(?:" + "|".join(f"(?:{shape})" for shape in _AT_WORD_START) + ")",
+        *(f"(?:{s})" for s in _ANYWHERE),
+    ]
 )
 SHAPE_PATTERN = re.compile(PATTERN)
 
@@ -68,11 +92,26 @@ def secret_kind(text: str) -> str | None:
     found = SHAPE_PATTERN.search(text)
     if found is None:
         return None
+    if found.group(1) is not None:
+        value = found.group(0)[len(found.group(1)) :]
+        return next(kind for kind, (_, shape) in NAMED.items() if re.fullmatch(shape, value))
     return next(kind for kind, shape in SHAPES.items() if re.fullmatch(shape, found.group(0)))
 
 
+def shape_spans(text: str) -> list[tuple[int, int]]:
+    """Where `text` holds a credential-shaped run, as (start, end) spans: a named credential's value only."""
+    return [
+        (found.end(1) if found.group(1) is not None else found.start(), found.end())
+        for found in SHAPE_PATTERN.finditer(text)
+    ]
+
+
+def _replacement(found: re.Match) -> str:
+    return (found.group(1) or "") + REDACTED
+
+
 def redact_shapes(text: str) -> str:
-    return SHAPE_PATTERN.sub(REDACTED, text)
+    return SHAPE_PATTERN.sub(_replacement, text)
 
 
 def redact_value(value: Any) -> Any:
@@ -89,8 +128,9 @@ def redact_value(value: Any) -> Any:
 
 def sql_redacted(column: str) -> str:
     """A DuckDB expression: `column` with every credential-shaped run replaced (RE2 reads the pattern as `re`
-    does; the pattern holds no single quote, so it sits in a plain string literal, where a backslash is literal)."""
-    return f"regexp_replace({column}, '{PATTERN}', '{REDACTED}', 'g')"
+    does; the pattern holds no single quote, so it sits in a plain string literal, where a backslash is literal;
+    `\\1`, the named credentials' kept name, is empty for every other shape)."""
+    return f"regexp_replace({column}, '{PATTERN}', '\\1{REDACTED}', 'g')"
 
 
 def sql_holds_secret(column: str) -> str:

@@ -32,13 +32,15 @@ from pipeline.formats.file_encoding import content_stem, sniff
 from pipeline.formats.sources import Input, NotRead, Skipped, expand_source
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.progress import progress_bar
-from pipeline.secret_shapes import redact_shapes, sql_redact_rows
+from pipeline.secret_shapes import REDACTED, redact_shapes, sql_redact_rows
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
-from pipeline.store.schema import RecordError, Trajectory, check_limits
+from pipeline.store.schema import RecordError, Trajectory, check_limits, storable_metadata
 
 # What a buggy or hostile record can raise inside an adapter; anything else is our bug and stops the run.
-PARSE_ERRORS = (RecordError, KeyError, TypeError, ValueError, AttributeError, IndexError)
+CUT_SHORT = "cut short"  # a compressed file that ends before its end marker: a copy or download that stopped
+# RecursionError: JSON nested thousands deep, in a tool call's arguments string or in content rendered as text.
+PARSE_ERRORS = (RecordError, KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError)
 
 
 @dataclass
@@ -105,7 +107,8 @@ def run(
                     decoded.append(f"{item.path} ({kind})")
                 counts = _ingest_input(config, store, source, item, rescan)
             except (OSError, EOFError) as exc:  # unreadable (permissions, I/O, a gzip cut short): the rest goes on
-                not_read.append(NotRead(item.path, getattr(exc, "strerror", None) or str(exc)))
+                reason = getattr(exc, "strerror", None) or str(exc)
+                not_read.append(NotRead(item.path, f"{CUT_SHORT}: {reason}" if isinstance(exc, EOFError) else reason))
                 continue
             if counts is None:
                 files_unchanged += 1
@@ -129,6 +132,8 @@ def run(
         f"read {total.records_read} records from {files_read} files ({files_unchanged} unchanged, skipped): "
         f"{total.added} added, {total.duplicates} duplicates, {total.quarantined} quarantined"
     )
+    if files_unchanged:  # read before: a resumed run's line (what a skip shows later) gives the store's total too
+        summary += f"; {metrics['trajectories_in_store']} trajectories in the store"
     if total.secrets_redacted:
         summary += f"; {total.secrets_redacted} row(s) held a credential, redacted"
     if decoded:
@@ -148,12 +153,17 @@ def _ingest_input(
     digest = item.digest()
     key = [item.path, digest, source.name]
     progress = store.rows(
-        "SELECT records_read, added, duplicates, quarantined, completed FROM ingested_files "
+        "SELECT records_read, added, duplicates, quarantined, completed, format FROM ingested_files "
         "WHERE path = ? AND sha256 = ? AND source = ?",
         key,
     )
     if progress and progress[0]["completed"] and not rescan:
-        return None
+        if source.format is None or progress[0]["format"] == source.format:
+            return None
+        # Read before in another format (a wrong `--format`, whose every record went to quarantine): read again in the
+        # one asked now, the earlier read's quarantined records taken back so that the file's counts are this read's.
+        rescan = True
+        _forget_quarantined(store, source.name, item.path)
     counts = Counts()
     if progress and not rescan:
         row = progress[0]
@@ -263,6 +273,15 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     return batch
 
 
+def _forget_quarantined(store: Store, source: str, path: str) -> None:
+    """The quarantined records of one file of a source: at the file itself, a line, an item or a row of it."""
+    store.execute(
+        "DELETE FROM quarantine WHERE source = ? AND (location = ? OR starts_with(location, ? || ':') "
+        "OR starts_with(location, ? || '[') OR starts_with(location, ? || '#'))",
+        [source, path, path, path, path],
+    )
+
+
 def _forced_adapter(source: SourceConfig) -> FormatAdapter | None:
     if source.format is None:
         return None
@@ -275,7 +294,10 @@ def _forced_adapter(source: SourceConfig) -> FormatAdapter | None:
 
 def _records(adapter: FormatAdapter | None, document: Document) -> Iterator[Document | Malformed]:
     if adapter is None:
-        yield Malformed(document.location, "no format adapter recognises this file; pass --format", document.content)
+        reason = "no format adapter recognises this file; pass --format"
+        if document.not_json is not None:  # a `.json` cut short, say: what to fix is the file, not the format
+            reason = f"{document.not_json}, and no format adapter recognises it as text; fix the file or pass --format"
+        yield Malformed(document.location, reason, document.content)
         return
     try:
         yield from adapter.records(document)
@@ -291,9 +313,12 @@ def _parse(record: Document | Malformed, adapter: FormatAdapter | None, source: 
         trajectory.source = source.name
         trajectory.location = record.location
         check_limits(trajectory, cfg.max_action_chars, cfg.max_observation_chars)
+        storable_metadata(trajectory)
         return trajectory.content_id(), trajectory
     except PARSE_ERRORS as exc:
         reason = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, RecursionError):
+            reason = f"nested too deeply to read ({reason})"
         return Malformed(record.location, reason, raw_text(record.content, cfg.max_raw_chars_quarantined))
 
 
@@ -383,7 +408,8 @@ def _redact_added(con) -> int:
     found with RE2 over the batch's text (a scan; none match in the demo's or the public data) and rewritten
     only where they match. Returns how many rows changed."""
     changed = 0
-    for table, columns in (("trajectories", TRAJECTORY_TEXT), ("turns", TURN_TEXT)):
+    # Where a record was read is no training text, but a keyed file's keys are part of it.
+    for table, columns in (("trajectories", (*TRAJECTORY_TEXT, "location")), ("turns", TURN_TEXT)):
         updated = con.execute(
             sql_redact_rows(table, columns, "trajectory_id IN (SELECT trajectory_id FROM batch_chosen)")
         ).fetchall()
@@ -472,19 +498,21 @@ def _insert_quarantine(con, source: str, rows: list[Malformed]) -> int:
         ).hexdigest()
         for m in rows
     ]
-    readable = [m.raw.encode("utf-8", "backslashreplace").decode() for m in rows]
+    # The raw text was redacted before it was cut (pipeline/formats/base.py `raw_text`), so that no key across the
+    # cut keeps its start; here the reason and where the record was (a keyed file's keys are part of it) are.
+    raws = [m.raw.encode("utf-8", "backslashreplace").decode() for m in rows]
     errors = [redact_shapes(m.error) for m in rows]
-    raws = [redact_shapes(raw) for raw in readable]
+    locations = [redact_shapes(m.location) for m in rows]
     redacted = sum(
         1
-        for m, before, error, raw in zip(rows, readable, errors, raws, strict=True)
-        if (error, raw) != (m.error, before)
+        for m, error, location, raw in zip(rows, errors, locations, raws, strict=True)
+        if (error, location) != (m.error, m.location) or REDACTED in raw
     )
     table = pa.table(
         {
             "quarantine_id": pa.array(ids, pa.string()),
             "source": pa.array([source] * len(rows), pa.string()),
-            "location": pa.array([m.location for m in rows], pa.string()),
+            "location": pa.array(locations, pa.string()),
             "error": pa.array(errors, pa.string()),
             "raw": pa.array(raws, pa.string()),
         }

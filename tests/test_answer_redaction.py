@@ -37,12 +37,17 @@ def _credentials(rng: random.Random) -> list[str]:
         "Authorization: Bearer " + chars(30),
         "bearer   " + chars(25) + "==",
         "-----BEGIN RSA PRIVATE KEY-----\n" + chars(64) + "\n" + chars(64) + "\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n" + chars(64) + "\n-----END PGP PRIVATE KEY BLOCK-----",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n" + chars(64) + "\n",  # cut short: no end line
+        '{"SecretAccessKey": "' + chars(40, string.ascii_letters + string.digits + "/+") + '"}',
+        "export AWS_SECRET_ACCESS_KEY='" + chars(40) + "'",
+        'secretAccessKey:\n   \\"' + chars(40) + '\\"',
         KNOWN_KEY,
         KNOWN_KEY[::-1],
     ]
 
 
-FILLER = ['ls -la\n', '{"a": 1, ', "the key is ", " ", "\n", "HOME=/root\n", "token=", '"', "x", "Bearer", ": ",
+FILLER = ['ls -la\n', '{"a": 1, ', "the key is ", " ", "\n", "HOME=/root\n", "token=", '"', "x", "Bearer", ": ", "SecretAccessKey", "'",
           "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAK\n-----END CERTIFICATE-----\n", "path/to/file.txt "]  # fmt: skip
 
 

@@ -281,3 +281,22 @@ def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_erro
             raise RuntimeError("cleanup failed")  # noqa: B904 - the implicit chain is the case under test
     except RuntimeError as chained:
         assert not interrupted(chained)
+
+
+def test_a_compressed_file_cut_short_is_named_so_with_the_fix_that_applies(shared_root):
+    """A gzip that ends before its end marker is readable, so "make the files readable" would send the user to
+    permissions that are fine: the line says the file is cut short, and to copy it again."""
+    import gzip
+
+    whole = gzip.compress(TERMINAL.read_bytes())
+    cut = shared_root / "terminal.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    cut.chmod(0o644)
+
+    done = simulacra(shared_root / "ws", "ingest", str(cut), as_nobody=False)
+
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{cut} (cut short: Compressed file ended before the end-of-stream marker was reached)" in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "ingest: 1 path(s) could not be read: copy or download again the files cut short; then rerun"
+    )

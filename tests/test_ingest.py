@@ -95,6 +95,7 @@ def test_reingesting_adds_nothing_and_skips_unchanged_files(config, store, tmp_p
     second = ingest.run(config, store, paths=[str(path)])
     assert (first.metrics["added"], first.metrics["quarantined"]) == (5, 1)
     assert second.metrics["files_unchanged"] == 1 and second.metrics["records_read"] == 0
+    assert second.summary.endswith("; 5 trajectories in the store")  # what a skip of this run shows later
     rescan = ingest.run(config, store, paths=[str(path)], rescan=True)
     assert (rescan.metrics["added"], rescan.metrics["duplicates"], rescan.metrics["quarantined"]) == (0, 5, 1)
     assert store.scalar("SELECT count(*) FROM trajectories") == 5
@@ -308,3 +309,22 @@ def test_public_trajectories_ingest_with_conserved_counts(config, store, public_
     assert all(reason.startswith("no environment actions") for reason in reasons)
     again = ingest.run(config, store, paths=[str(public_data)])
     assert again.metrics["records_read"] == 0 and again.metrics["files_unchanged"] == m["files_read"]
+
+
+def test_a_file_read_in_a_wrong_format_is_read_again_when_another_is_asked(config, store):
+    """A wrong `--format` sends every record to quarantine and marks the file read; asking the right format must
+    not answer "unchanged, skipped". The file is read again, and the first read's quarantined records are taken
+    back, so the store's counts are the file's once."""
+    path = Path(__file__).resolve().parents[1] / "data" / "demo" / "tool_calls.json"
+    wrong = ingest.run(config, store, paths=[str(path)], format_name="openhands")
+    assert wrong.metrics["added"] == 0 and wrong.metrics["quarantined"] == wrong.metrics["records_read"] > 0
+    right = ingest.run(config, store, paths=[str(path)], format_name="openai-chat")
+    assert right.metrics["files_unchanged"] == 0 and right.metrics["added"] > 0
+    assert counts_conserved(right.metrics)
+    quarantined = store.scalar("SELECT count(*) FROM quarantine")
+    assert quarantined == right.metrics["quarantined"]
+    (row,) = store.rows("SELECT format, records_read, added, quarantined FROM ingested_files")
+    assert (row["format"], row["added"], row["quarantined"]) == ("openai-chat", right.metrics["added"], quarantined)
+    # Asked in the same format again, or with none, it is read already.
+    assert ingest.run(config, store, paths=[str(path)], format_name="openai-chat").metrics["files_unchanged"] == 1
+    assert ingest.run(config, store, paths=[str(path)]).metrics["files_unchanged"] == 1

@@ -31,9 +31,25 @@ KEYS = {
     "DigitalOcean token": "dop_v1_" + "0123456789abcdef" * 4,
     "JSON Web Token": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "Azure storage account key": "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
-    "AWS secret access key": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
     "bearer token": "Bearer 9f2c4e6a8b0d1f3e5a7c9b1d3f5e7a9c",
     "private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+}
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+# Credentials known by their name: the name and its separator stay, the value is replaced, JSON stays JSON.
+NAMED_FORMS = [
+    "aws_secret_access_key = {}",  # ~/.aws/credentials
+    'export AWS_SECRET_ACCESS_KEY="{}"',
+    "aws_secret_access_key: '{}'",  # YAML
+    '{{"aws_secret_access_key": "{}"}}',
+    '{{"Credentials": {{"AccessKeyId": "ASIA…", "SecretAccessKey": "{}"}}}}',  # `aws sts get-session-token`
+    "TF_VAR_aws_secret_access_key={}",
+    "new S3Client({{secretAccessKey: '{}'}})",
+    '"{{\\"SecretAccessKey\\": \\"{}\\"}}"',  # as the JSON text of a string holding JSON
+]
+# Private keys that are not one PEM block with both its lines.
+KEY_BLOCKS = {
+    "PGP": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGN0ZXN0AQgA0M1N\n=Ab3D\n-----END PGP PRIVATE KEY BLOCK-----",
+    "cut short": "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEowIBAAKCAQEA3bN7q+Xx\nQ2w9",
 }
 # Text of the same look that is not a credential: kept as it is.
 LOOKALIKES = [
@@ -59,6 +75,30 @@ def test_each_shape_is_found_and_replaced_by_re_and_by_duckdb(kind):
     assert redact_shapes(text) == f"before {REDACTED} after"
     [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
     assert stored == f"before {REDACTED} after"
+
+
+@pytest.mark.parametrize("form", NAMED_FORMS)
+def test_a_named_credentials_value_is_replaced_and_its_name_kept_by_re_and_by_duckdb(form):
+    text = form.format(AWS_SECRET)
+    assert secret_kind(text) == "AWS secret access key"
+    [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
+    assert redact_shapes(text) == stored == form.format(REDACTED)
+    if form.startswith("{"):
+        json.loads(stored)
+
+
+@pytest.mark.parametrize("kind", sorted(KEY_BLOCKS))
+def test_pgp_blocks_and_keys_cut_before_their_end_are_private_keys(kind):
+    text = f"$ cat key\n{KEY_BLOCKS[kind]}"
+    assert secret_kind(text) == "private key"
+    [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
+    assert redact_shapes(text) == stored == f"$ cat key\n{REDACTED}"
+    # In JSON text, newlines escaped, the replacement stays inside its string.
+    record = json.dumps({"observation": text, "exit": 0})
+    [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[record]).fetchall()
+    assert (
+        json.loads(stored) == json.loads(redact_shapes(record)) == {"observation": f"$ cat key\n{REDACTED}", "exit": 0}
+    )
 
 
 @pytest.mark.parametrize("text", LOOKALIKES)
@@ -173,5 +213,72 @@ def test_a_store_swept_before_the_later_shapes_is_swept_for_them_when_next_opene
     with Store(config.workspace.database_path) as store:
         assert store.scalar("SELECT count(*) FROM schema_migrations WHERE version = 13") == 1
         observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
-    assert len(later) == 11
+    assert len(later) == 10
     assert observations == [f"{REDACTED}\n"] * len(later) + [" ".join(LOOKALIKES)]
+
+
+def test_a_store_swept_before_the_named_and_cut_forms_is_swept_for_them_when_next_opened(config):
+    """Migration 14: an AWS secret after its quoted name, a PGP block, a key cut before its end line."""
+    texts = [form.format(AWS_SECRET) for form in NAMED_FORMS] + list(KEY_BLOCKS.values())
+    with Store(config.workspace.database_path) as store:
+        for index, text in enumerate(texts):
+            store.execute(f"INSERT INTO turns VALUES ('t1', {index}, 'env', ?, NULL, false, NULL)", [text])
+        store.execute("DELETE FROM schema_migrations WHERE version = 14")  # as a store written before it
+    with Store(config.workspace.database_path) as store:
+        assert store.scalar("SELECT count(*) FROM schema_migrations WHERE version = 14") == 1
+        observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
+    assert observations == [form.format(REDACTED) for form in NAMED_FORMS] + [REDACTED] * len(KEY_BLOCKS)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["sql", "python"])
+def test_named_and_cut_credentials_in_observations_and_metadata_reach_no_table(config, tmp_path, fast_path):
+    config.ingest.sql_fast_path = fast_path
+    sts = f'{{"Credentials": {{"SecretAccessKey": "{AWS_SECRET}", "SessionToken": "x"}}}}'
+    record = to_record(leaky(0))
+    record["turns"] += [
+        {"action": "aws sts get-session-token", "observation": sts},
+        {"action": "gpg --export-secret-keys -a", "observation": KEY_BLOCKS["PGP"]},
+        {"action": "head -4 id_rsa", "observation": KEY_BLOCKS["cut short"], "metadata": {"cwd": "/root"}},
+    ]
+    record["metadata"] = {"info": {"env": {"aws_secret_access_key": AWS_SECRET, "HOME": "/root"}}}
+    path = tmp_path / "leaky.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with Store(config.workspace.database_path) as store:
+        result = ingest.run(config, store, paths=[str(path)])
+        assert result.metrics["added"] == 1
+        metadata = json.loads(store.scalar("SELECT metadata FROM trajectories"))
+        observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
+    assert metadata == {"info": {"env": {"aws_secret_access_key": REDACTED, "HOME": "/root"}}}
+    assert json.loads(observations[-3]) == {"Credentials": {"SecretAccessKey": REDACTED, "SessionToken": "x"}}
+    assert observations[-2:] == [REDACTED, REDACTED]
+    database = config.workspace.database_path.read_bytes()
+    for fragment in (AWS_SECRET, "lQOYBGN0ZXN0AQgA0M1N", "MIIEowIBAAKCAQEA3bN7q"):
+        assert fragment.encode() not in database, fragment
+
+
+def test_a_key_across_the_quarantines_cut_and_a_key_in_a_records_location_are_redacted(config, tmp_path):
+    """The quarantined text is cut at `max_raw_chars_quarantined` after its redaction, not before: a key across the
+    cut keeps none of its start. A keyed file's keys are part of where each record was read: redacted there too."""
+    key = KEYS["OpenAI or Anthropic API key"]
+    config.ingest.max_raw_chars_quarantined = 140
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(json.dumps({"schema": "simulacra/trajectory-v1", "task": "x" * 90, "note": f"{key}", "turns": 7}))
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    chat = [
+        {"role": "user", "content": "What is here?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "notes.txt"},
+    ]
+    keyed = tmp_path / "keyed.json"  # AgentBench's layout: runs by task name
+    keyed.write_text(json.dumps({key: [{"role": "user", "content": 3}], f"deploy with {key}": chat}))
+    with Store(config.workspace.database_path) as store:
+        result = ingest.run(config, store, paths=[str(cut), str(keyed)])
+        quarantined = store.rows("SELECT location, raw FROM quarantine ORDER BY location")
+        locations = [row["location"] for row in store.rows("SELECT location FROM trajectories")]
+    assert result.metrics["quarantined"] == 2
+    raw = next(row["raw"] for row in quarantined if row["location"].startswith(str(cut)))
+    assert key[:12] not in raw and len(raw.split("...")[0]) == 140, raw
+    keyed_rows = [row["location"] for row in quarantined if row["location"].startswith(str(keyed))]
+    assert keyed_rows == [f"{keyed}[{REDACTED}]"]
+    assert locations == [f"{keyed}[deploy with {REDACTED}]"]
+    assert key.encode() not in config.workspace.database_path.read_bytes()

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import orjson
 
 from pipeline.formats.file_encoding import GZIP_ONLY, content_suffix, sniff, utf8_bytes
+from pipeline.secret_shapes import redact_shapes
 from pipeline.store.schema import RecordError, Trajectory
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -38,6 +39,8 @@ class Malformed:
 class Document:
     location: str
     content: Any
+    # Why a file read as text did not read as JSON: the reason to give if no adapter reads the text either.
+    not_json: str | None = None
 
 
 class FormatAdapter(ABC):
@@ -62,8 +65,14 @@ class FormatAdapter(ABC):
         raise NotImplementedError
 
 
+# How far past the quarantine's cut a credential is looked for: longer than any key a shape spans (an RSA-4096 private
+# key is about 3,300 characters), so that a key across the cut is replaced whole and none of its start is kept.
+CUT_MARGIN = 8192
+
+
 def raw_text(content: Any, limit: int) -> str:
-    """The raw form of a record for quarantine, cut at `limit` characters."""
+    """The raw form of a record for quarantine, credentials replaced (pipeline/secret_shapes.py), then cut at `limit`
+    characters."""
     if isinstance(content, (bytes, bytearray)):
         text = bytes(content).decode("utf-8", "backslashreplace")
     elif isinstance(content, str):
@@ -71,9 +80,16 @@ def raw_text(content: Any, limit: int) -> str:
     else:
         try:
             text = orjson.dumps(content, default=str).decode()
-        except TypeError:
-            text = repr(content)
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+        except TypeError:  # past orjson's 255 levels, or a value `str` cannot render
+            try:
+                text = repr(content)
+            except RecursionError:
+                text = f"<a {type(content).__name__} nested too deeply to show>"
+    head = redact_shapes(text[: limit + CUT_MARGIN])
+    unread = max(0, len(text) - limit - CUT_MARGIN)
+    if len(head) <= limit and not unread:
+        return head
+    return head[:limit] + f"... [{len(head) - limit + unread} more chars]"
 
 
 def _decode_json(data: bytes, location: str) -> Any:
@@ -123,13 +139,29 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
     try:
         yield Document(str(path), _decode_json(data, str(path)))
     except RecordError as exc:
+        if _json_lines(data):  # JSON Lines under a `.json` name, as many datasets name them: read line by line
+            for number, line in enumerate(data.splitlines(), start=1):
+                if line.strip():
+                    yield jsonl_document(line, f"{path}:{number}")
+            return
         # A file that is not JSON may still be a text-game log with an unusual suffix.
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             yield Malformed(str(path), str(exc), data.decode("utf-8", "backslashreplace"))
             return
-        yield Document(str(path), text)
+        yield Document(str(path), text, not_json=str(exc))
+
+
+def _json_lines(data: bytes) -> bool:
+    """Whether a file that is not one JSON value is JSON Lines: more than one line, the first an object."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        return isinstance(orjson.loads(lines[0]), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _jsonl_bytes(path: Path, encoding: str | None):
@@ -142,16 +174,45 @@ def _jsonl_bytes(path: Path, encoding: str | None):
     return io.BytesIO(utf8_bytes(path))
 
 
+# The values a YAML document may stand for once its aliases are expanded: far above a long SWE-agent demonstration
+# (a few thousand), far below what nine nested aliases of nine make of a 600-byte file (a billion).
+YAML_EXPANDED_VALUES = 1_000_000
+
+
 def _yaml_document(path: Path, data: bytes) -> Document | Malformed:
-    """SWE-agent writes its demonstrations as YAML; safe_load builds plain data, never objects."""
+    """SWE-agent writes its demonstrations as YAML; safe_load builds plain data, never objects. Its aliases share
+    one value where JSON would repeat it: a document whose expansion is too large ("billion laughs") is refused
+    before anything renders it as text, as is one nested too deep for the parser."""
     import yaml
 
     try:
-        return Document(str(path), yaml.safe_load(data.decode("utf-8")))
+        content = yaml.safe_load(data.decode("utf-8"))
+        expanded = _expanded_values(content, {})
     except UnicodeDecodeError as exc:
         return Malformed(str(path), f"invalid UTF-8 at byte {exc.start}", data.decode("utf-8", "backslashreplace"))
     except yaml.YAMLError as exc:
         return Malformed(str(path), f"invalid YAML: {exc}", data.decode("utf-8"))
+    except RecursionError:
+        return Malformed(str(path), "YAML nested too deeply to read", data.decode("utf-8"))
+    if expanded > YAML_EXPANDED_VALUES:
+        return Malformed(
+            str(path),
+            f"YAML whose aliases expand to more than {YAML_EXPANDED_VALUES:,} values (an alias bomb?)",
+            data.decode("utf-8"),
+        )
+    return Document(str(path), content)
+
+
+def _expanded_values(value: Any, counted: dict[int, int]) -> int:
+    """How many values `value` stands for written out in full, each shared list or mapping counted once per use
+    (`counted`, by identity, keeps the walk linear in the document's own size)."""
+    if not isinstance(value, (list, dict)):
+        return 1
+    known = counted.get(id(value))
+    if known is None:
+        items = value.values() if isinstance(value, dict) else value
+        known = counted[id(value)] = 1 + sum(_expanded_values(item, counted) for item in items)
+    return known
 
 
 def _parquet_documents(path: Path) -> Iterator[Document]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.config.llm import EndpointConfig
-from pipeline.secret_shapes import REDACTED, SHAPE_PATTERN
+from pipeline.secret_shapes import REDACTED, shape_spans
 
 # A masked key's hidden middle: at least three mask characters (asterisks, dots, ellipses, bullets).
 _MASK_RUN = re.compile(r"[*.\u2026\u2022]{3,}")
@@ -132,7 +132,7 @@ def secret_spans(text: str, secret: str | None = None) -> list[tuple[int, int]]:
     never read, which an endpoint quotes from its own environment or a model recites from its training data. Spans
     rather than a replaced text, so that what covers a span can be told too: the tokens of a served answer's
     logprobs (pipeline/serving/answer_redaction.py)."""
-    found = [match.span() for match in SHAPE_PATTERN.finditer(text)]
+    found = shape_spans(text)
     for key in _known | ({secret} if secret else set()):
         found += _occurrences(text, key)
         if len(key) >= _MIN_KEY:

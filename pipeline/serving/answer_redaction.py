@@ -20,33 +20,35 @@ from dataclasses import dataclass, field
 
 from pipeline.llm import credentials
 from pipeline.llm.batching import TokenLogprob
-from pipeline.secret_shapes import REDACTED, SHAPES
+from pipeline.secret_shapes import NAMED, PRIVATE_KEY_BLOCK, REDACTED
 
 _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-.~+/=*\u2026\u2022")
-# The shapes whose match crosses spaces or a `:` (pipeline/secret_shapes.py), by the word that leads them.
-_LEADS = ("bearer", "aws_secret_access_key")
+# The leads of the shapes that cross spaces or quotes (pipeline/secret_shapes.py): `bearer` and spaces; a named
+# credential's name and as much of its separator as has come (`"SecretAccessKey": "`, `aws_secret_access_key = `).
+_SEPARATOR_CHARACTERS = frozenset(string.whitespace + "\\\"':=")
+_NAME_ENDING = re.compile("(?:" + "|".join(name for name, _ in NAMED.values()) + r")\Z")
+_SEPARATOR_SO_FAR = re.compile(r"[\\\"\x27]*\s*(?:[:=]\s*[\\\"\x27]*)?")
+_LONGEST_NAME = 32  # characters a name may span (`aws_secret_access_key` is 21): where to look for one
 _KEY_BLOCK_BEGIN = re.compile(r"-----BEGIN ")
 _KEY_BLOCK_HEADER = re.compile(r"-----BEGIN ([A-Z ]*)-----")
-_KEY_BLOCK = re.compile(SHAPES["private key"])
+_PRIVATE_HEADER = re.compile(r"PRIVATE KEY(?: BLOCK)?\Z")
+_KEY_BLOCK = re.compile(PRIVATE_KEY_BLOCK)
 
 
 def _open_lead(text: str, cut: int) -> int | None:
-    """Where a credential's lead starts when `text[:cut]` ends with one (`Bearer `, `aws_secret_access_key: `)."""
+    """Where a credential's lead starts when `text[:cut]` ends with one (`Bearer `, `aws_secret_access_key: `).
+    Found from the end, over the separator's characters, so that a long run of spaces is no blind spot."""
     at = cut
-    while at and text[at - 1].isspace():
+    while at and text[at - 1] in _SEPARATOR_CHARACTERS:
         at -= 1
-    if at and text[at - 1] in ":=":
-        at -= 1
-        while at and text[at - 1].isspace():
-            at -= 1
-    for word in _LEADS:
-        start = at - len(word)
-        if start < 0 or text[start:at].lower() != word:
-            continue
-        if start == 0 or not (text[start - 1].isalnum() or text[start - 1] == "_"):  # the shapes' `\b`
-            if word == "bearer" and (at == cut or text[at] in ":="):
-                continue  # its shape is `bearer`, spaces, the token: a `:` or no space is not its lead
+    after = text[at:cut]
+    start = at - len("bearer")
+    if after and after.isspace() and start >= 0 and text[start:at].lower() == "bearer":
+        if start == 0 or not (text[start - 1].isalnum() or text[start - 1] == "_"):  # the shape's `\b`
             return start
+    name = _NAME_ENDING.search(text, max(0, at - _LONGEST_NAME), at)
+    if name is not None and _SEPARATOR_SO_FAR.fullmatch(after):
+        return name.start()
     return None
 
 
@@ -55,15 +57,21 @@ def settled_length(text: str, start: int = 0) -> int:
     from where a private key's block is looked for (one that began earlier was closed by then)."""
     key_characters = _KEY_CHARACTERS | credentials.known_key_characters()
     cut = len(text)
-    while cut > start and text[cut - 1] in key_characters:
-        cut -= 1
-    lead = _open_lead(text, cut)
-    if lead is not None:
+    while True:
+        while cut > start and text[cut - 1] in key_characters:
+            cut -= 1
+        lead = _open_lead(text, cut)
+        if lead is None:
+            break
         cut = max(start, lead)
+        if lead <= start:
+            break
+        # A name needs no word break before it (`MY_SECRET_ACCESS_KEY=`): the run of key characters it ends, and a
+        # lead that run may end in turn (a value glued to the next name), wait with it.
     for begin in _KEY_BLOCK_BEGIN.finditer(text, start, cut):
         block = text[begin.start() :]
         header = _KEY_BLOCK_HEADER.match(block)
-        if header is not None and not header.group(1).endswith("PRIVATE KEY"):
+        if header is not None and not _PRIVATE_HEADER.search(header.group(1)):
             continue  # a certificate or a public key
         if '"' in block or _KEY_BLOCK.match(block):
             continue  # closed (a whole block is a credential the next check sees), or stopped at a quote

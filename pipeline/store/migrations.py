@@ -48,10 +48,14 @@ TEXT_COLUMNS = {
 }
 
 
-def _credential_sweeps() -> list[str | RowSweep]:
+# Where a record was read: a keyed file's keys (an AgentBench file's task names) are part of it. Swept from 14 on.
+LOCATION_COLUMNS: dict[str, tuple[str, ...]] = {"trajectories": ("location",), "quarantine": ("location",)}
+
+
+def _credential_sweeps(columns: dict[str, tuple[str, ...]] = TEXT_COLUMNS) -> list[str | RowSweep]:
     """Every text column of a table that holds rows, scanned once for every credential shape of today; rows are
     rewritten only where they match."""
-    return [RowSweep(table, sql_redact_rows(table, columns)) for table, columns in TEXT_COLUMNS.items()]
+    return [RowSweep(table, sql_redact_rows(table, names)) for table, names in columns.items()]
 
 
 MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
@@ -506,5 +510,13 @@ MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
         # secret keys after their name, bearer tokens (pipeline/secret_shapes.py): a store swept by 12 before they
         # were shapes may hold them. The same sweep, with every shape; rows already clean are not rewritten.
         _credential_sweeps(),
+    ),
+    (
+        14,
+        "credentials in the forms added after 13 redacted from what is already stored",
+        # An AWS secret key after its name in quotes (JSON, YAML, a quoted shell export, `SecretAccessKey` of STS),
+        # PGP private key blocks, private keys cut before their end line (pipeline/secret_shapes.py), and where each
+        # record was read, which ingest now redacts too. The same sweep, and the locations'.
+        _credential_sweeps() + _credential_sweeps(LOCATION_COLUMNS),
     ),
 ]

@@ -162,6 +162,49 @@ def as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+# orjson writes JSON up to 255 levels deep; metadata deeper than this is no run's record of itself.
+METADATA_DEPTH = 200
+
+
+def storable_metadata(trajectory: Trajectory) -> None:
+    """Make the trajectory's and its turns' metadata what the store's JSON columns hold, in place: a harness's
+    metadata is copied as it was read, and YAML or a JSON parser can give what JSON cannot write (an integer past
+    64 bits, a set, bytes). Such values are kept as text; metadata nested deeper than `METADATA_DEPTH` raises
+    RecordError (the record is quarantined, where the write would have failed the whole batch)."""
+    trajectory.metadata = _storable(trajectory.metadata, "metadata")
+    for number, turn in enumerate(trajectory.turns):
+        if turn.metadata:
+            turn.metadata = _storable(turn.metadata, f"turn {number}'s metadata")
+
+
+def _storable(value: dict[str, Any], what: str) -> dict[str, Any]:
+    try:
+        orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        return value
+    except orjson.JSONEncodeError:
+        return _plain(value, what, 0)
+
+
+def _plain(value: Any, what: str, depth: int) -> Any:
+    if depth > METADATA_DEPTH:
+        raise RecordError(f"{what} is nested deeper than {METADATA_DEPTH} levels")
+    if isinstance(value, dict):
+        return {key if isinstance(key, str) else str(key): _plain(item, what, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, what, depth + 1) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(item, what, depth + 1) for item in value), key=str)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)
+    try:
+        orjson.dumps(value)
+        return value
+    except orjson.JSONEncodeError:
+        return str(value)
+
+
 def check_limits(trajectory: Trajectory, max_action_chars: int | None, max_observation_chars: int | None) -> None:
     """Raise RecordError for what the store must not hold: no turns, an unknown domain, or an
     action/observation above its size cap. (Invalid UTF-8 is caught by `content_id`.)"""
