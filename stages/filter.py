@@ -54,8 +54,13 @@ def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT
     finally:
         drop_judging_tables(con)
     seconds = time.perf_counter() - started
+    # The store's judgements, this run's and earlier runs' (a resumed or incremental run judges only the rest): what a
+    # stage skipped later shows, so its recorded line must not read as if nothing had been kept.
+    in_all, kept_in_all = store.execute("SELECT count(*), count(*) FILTER (WHERE kept) FROM filter_state").fetchone()  # type: ignore[misc]  # an aggregate: one row
     metrics: dict[str, Any] = {
         **tally,
+        "judged_in_all": in_all,
+        "kept_in_all": kept_in_all,
         "rejudged": reset,
         "config_hash": config_hash,
         "seconds": round(seconds, 3),
@@ -66,6 +71,8 @@ def run(config: SimulacraConfig, store: Store, batch_trajectories: int = DEFAULT
         f"judged {judged} trajectories ({tally['turns']} turns): kept {kept}, "
         f"dropped {judged - kept}; {tally['dropped_turns']} turns removed by turn rules"
     )
+    if in_all != judged:
+        summary += f"; in all {in_all} judged, {kept_in_all} kept, {in_all - kept_in_all} dropped"
     if reset:
         summary += f" (filter config changed: {reset} earlier judgements discarded and re-judged)"
     return StageResult("filter", metrics=metrics, summary=summary, tables={"filter-drops": drops_by_rule(store)})

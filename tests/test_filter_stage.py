@@ -243,6 +243,10 @@ def test_a_killed_run_keeps_whole_batches_and_the_rerun_completes_without_duplic
     result = filter_stage.run(config, store, batch_trajectories=3)
     assert result.metrics["judged"] == len(CORPUS) - 3
     assert store.scalar("SELECT count(*) - count(DISTINCT trajectory_id) FROM filter_state") == 0
+    # The resumed run's line, which a later skip shows, gives the store's totals beside its own work.
+    kept = store.scalar("SELECT count(*) FROM kept_trajectories")
+    assert (result.metrics["judged_in_all"], result.metrics["kept_in_all"]) == (len(CORPUS), kept)
+    assert result.summary.endswith(f"; in all {len(CORPUS)} judged, {kept} kept, {len(CORPUS) - kept} dropped")
 
     with Store(tmp_path / "uninterrupted.duckdb") as fresh:
         insert(fresh, *(t for t, *_ in CORPUS.values()))
