@@ -401,3 +401,39 @@ def test_rows_wait_while_the_batch_would_pass_the_kv_cache_budget(tiny):
     from types import SimpleNamespace
 
     assert kv_bytes_per_token(SimpleNamespace(config=SimpleNamespace(), dtype=model.dtype)) is None  # no budget
+
+
+def test_a_temperature_too_small_to_divide_by_samples_greedily_and_fails_no_row_beside_it(tiny):
+    """1e-40 passes the protocol's 0-2 check, but logits divided by it overflow float32: the NaN probabilities
+    failed every row in the batch, another client's among them. Below 1e-5 a row is greedy, as vLLM's are."""
+    import threading
+
+    from pipeline.llm.batching import Row, Sampling, Scheduler
+    from pipeline.training.models import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny))
+    model = load_causal_lm(str(tiny)).eval()
+    prompt = tokenizer.encode("cat notes.txt", add_special_tokens=False)
+    ended: list = []
+    done = threading.Event()
+
+    def listener(step) -> None:
+        if step.finish_reason is not None:
+            ended.append(step)
+            if len(ended) == 3:
+                done.set()
+
+    tiny_temperature, warm, greedy = (
+        Sampling(max_tokens=8, temperature=temperature, seed=1, ignore_eos=True) for temperature in (1e-40, 0.7, 0.0)
+    )
+    rows = [
+        Row(prompt, tiny_temperature, 0, listener),
+        Row(prompt, warm, 0, listener),
+        Row(prompt, greedy, 0, listener),
+    ]
+    scheduler = Scheduler(model, tokenizer, [tokenizer.eos_token_id], max_batch=3)
+    scheduler.submit(rows)
+    assert done.wait(60)
+    scheduler.close()
+    assert [step.finish_reason for step in ended] == ["length"] * 3, ended
+    assert rows[0].generated == rows[2].generated and len(rows[1].generated) == 8

@@ -271,6 +271,12 @@ ACTION = [{"role": "user", "content": "ls"}]
             'field `chat_template_kwargs`: enable_thinking must be true or false, not "no"',
         ),
         ({"messages": ACTION, "chat_template_kwargs": []}, 400, "field `chat_template_kwargs`"),
+        ({"messages": ACTION, "top_logprobs": 3}, 400, "set `logprobs` to true"),
+        (
+            {"messages": [{"role": "system", "name": "domain", "content": "termnal"}, *ACTION]},
+            400,
+            "unknown domain 'termnal' in the `domain` part: one of terminal, swe,",
+        ),
     ],
 )
 def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
@@ -1041,3 +1047,32 @@ def test_a_damaged_export_is_refused_in_one_line_naming_the_fix(folder, tmp_path
     [line] = completed.stderr.strip().splitlines()
     assert line.startswith(f"serve: {expected}"), line
     assert completed.stdout == ""
+
+
+def test_a_stream_whose_generation_fails_ends_with_its_error_then_done(folder, monkeypatch):
+    """A failure mid-stream (out of memory, say) is an error event, and the stream still ends as every stream
+    does, with `data: [DONE]` (vLLM's server ends it so): a client reading to [DONE] is not left waiting."""
+    from starlette.testclient import TestClient
+
+    from pipeline.llm.batching import Scheduler
+    from pipeline.serving.server import build_app
+    from pipeline.serving.world_model import WorldModel
+
+    steps = {"n": 0}
+    real_step = Scheduler._step
+
+    def fails_on_the_third(self, batch):
+        steps["n"] += 1
+        if steps["n"] == 3:
+            raise RuntimeError("CUDA out of memory (as it would say)")
+        return real_step(self, batch)
+
+    monkeypatch.setattr(Scheduler, "_step", fails_on_the_third)
+    app = build_app(WorldModel(folder, "cpu"), default_max_tokens=16)
+    body = {"messages": THINKING_QUERY, "max_tokens": 16, "temperature": 0, "stream": True, "ignore_eos": True}
+    with TestClient(app) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+        app.state.scheduler.close()
+    assert events[-1] == "[DONE]", events
+    assert "generation failed: RuntimeError: CUDA out of memory" in json.loads(events[-2])["error"]["message"]

@@ -52,6 +52,11 @@ if TYPE_CHECKING:
     from pipeline.llm.prompt_lookup import PromptLookup
 
 
+# A temperature below this samples greedily, as vLLM's does (its _SAMPLING_EPS): logits divided by 1e-40 overflow
+# float32 to inf, and the NaN probabilities that follow failed every row decoded beside the one that asked.
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class Sampling:
     max_tokens: int
@@ -108,7 +113,7 @@ class Row:
 
     @property
     def greedy(self) -> bool:
-        return self.sampling.temperature == 0
+        return self.sampling.temperature < GREEDY_BELOW
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -437,7 +442,7 @@ class Scheduler:
         if (s.presence_penalty or s.frequency_penalty) and row.generated:
             seen, counts = torch.unique(torch.tensor(row.generated, device=adjusted.device), return_counts=True)
             adjusted[seen] -= s.presence_penalty + s.frequency_penalty * counts.to(adjusted.dtype)
-        if s.temperature == 0:
+        if row.greedy:
             token = int(adjusted.argmax())
         else:
             probs = torch.softmax(adjusted / s.temperature, dim=-1)

@@ -183,6 +183,8 @@ class ChatCompletionRequest(Strict):
                 raise ValueError(f"structured request without `domain` (one of {', '.join(DOMAINS)})")
         elif not self.messages or self.messages[-1].world_model_role() != "user":
             raise ValueError("missing action: the last message must be the user's action")
+        if self.top_logprobs and not self.logprobs:  # OpenAI's rule, and vLLM's: silence here would drop them
+            raise ValueError("field `top_logprobs`: set `logprobs` to true to get top log probabilities")
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("field `stop`: at most 4 stop sequences (OpenAI's limit)")
         for token, bias in (self.logit_bias or {}).items():

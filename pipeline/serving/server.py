@@ -42,7 +42,7 @@ from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFo
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
-from pipeline.store.schema import SystemPrompt
+from pipeline.store.schema import DOMAINS, SystemPrompt
 
 
 class RequestError(Exception):
@@ -81,6 +81,10 @@ def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, s
     asking for the answer format `thinking` says."""
     if "domain" not in parts:
         raise RequestError(400, "system-prompt parts without a `domain` part", "messages")
+    if parts["domain"] not in DOMAINS:  # as the structured form's `domain` is checked
+        raise RequestError(
+            400, f"unknown domain {parts['domain']!r} in the `domain` part: one of {', '.join(DOMAINS)}", "messages"
+        )
     tools = request.tools if isinstance(request.tools, list) else []
     system = SystemPrompt(
         task_description=parts.get("task_description", ""),
@@ -414,6 +418,7 @@ def build_app(
                 index, step = await queue.get()
                 if step.finish_reason == "error":
                     yield event(_error_body(500, f"generation failed: {step.error}"))
+                    yield "data: [DONE]\n\n"  # the stream's end, after its error, as vLLM's server ends it
                     return
                 final = step.finish_reason is not None
                 # Shown as far as no later token can change its redaction; the rest waits for the next steps.
