@@ -58,6 +58,7 @@ from pipeline.fidelity.episodes import EpisodeRecord, run_episode
 from pipeline.fidelity.policies import policy_ladder
 from pipeline.fidelity.rollouts import CLOSED_LOOP, MODES, OPEN_LOOP, Rollouts, ScoredStep, StepKey, roll_out
 from pipeline.fidelity.simulated_episodes import FAILED, EpisodeJob, SimulatorEnv, play_together
+from pipeline.fidelity.simulators import CONTEXT_EXCEEDED
 from pipeline.fidelity.trajectories import HeldOutSet, benchmark_trajectories, pool_trajectories
 from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import code_version
@@ -100,6 +101,10 @@ class Simulated:
     model: EvaluatedModel
     curves: FidelityCurves
     agreement: PolicyAgreement | None
+    # Steps whose prompt the server refused as past the model's context (scored as empty answers), of all steps asked:
+    # a simulator that cannot take the trajectories' prompts diverges at once, and the summary must say why.
+    past_context: int = 0
+    steps: int = 0
 
 
 # -- 1. the held-out trajectories ------------------------------------------------------------------
@@ -463,6 +468,8 @@ class Headline:
     tau_why: str | None
     policies: int
     environments: list[str]
+    past_context: int = 0  # steps refused as past the model's context, scored as empty answers
+    steps: int = 0
 
     def words(self) -> str:
         def median(value: int | None, followed: int) -> str:
@@ -481,6 +488,11 @@ class Headline:
         if self.environments:
             tau = f"{self.kendall_tau:+.2f}" if self.kendall_tau is not None else f"undefined ({self.tau_why})"
             parts.append(f"Kendall tau-b {tau} over {self.policies} policies")
+        if self.past_context:
+            parts.append(
+                f"{self.past_context} of {self.steps} steps past the model's context (scored as empty answers: "
+                "fewer history turns, `evaluate.max_history_chars`, or a model of a longer context)"
+            )
         return ", ".join(parts)
 
 
@@ -521,6 +533,8 @@ def headline(result: Simulated, trajectories: int) -> Headline:
         tau_why=rank.why if rank else None,
         policies=rank.policies if rank else 0,
         environments=sorted({r.environment for r in agreement.rates} - {ALL_ENVIRONMENTS}) if agreement else [],
+        past_context=result.past_context,
+        steps=result.steps,
     )
 
 
@@ -693,7 +707,9 @@ def run(
         played += count
         simulated = outcomes(store, simulated_inputs(config), simulator_key(model), jobs)
         agreement = policy_agreement(model.model, real, simulated, policies) if jobs else None
-        results.append(Simulated(model, fidelity_curves(rollouts, config.fidelity.divergence_threshold), agreement))
+        curves = fidelity_curves(rollouts, config.fidelity.divergence_threshold)
+        refused = sum(step.parse_status == CONTEXT_EXCEEDED for step in rollouts.steps)
+        results.append(Simulated(model, curves, agreement, refused, len(rollouts.steps)))
     if scorer.client is not None:
         scorer.client.check_failures()
 

@@ -227,6 +227,10 @@ def test_a_prompt_the_server_refuses_for_its_length_is_the_simulators_answer(run
     assert refused and len(refused) < len(served)
     assert all(step["prediction"] is None and step["score"] is not None for step in refused)
     assert runs["resumed"].metrics["steps"] == len(served) // 2  # each step in both loops, none failed
+    # The summary says so: a divergence that is the context's, not the model's answers.
+    assert f"{len(refused)} of {len(served)} steps past the model's context (scored as empty answers" in (
+        runs["resumed"].summary
+    )
 
 
 def test_simulated_episodes_take_the_real_episodes_actions(runs):
