@@ -41,6 +41,8 @@ def _chat(arguments: str, tool_output) -> dict:
 
 
 def test_nesting_past_pythons_recursion_limit_quarantines_the_record_and_the_run_goes_on(config, store, tmp_path):
+    """A tool call's arguments 5,000 brackets deep (`json.loads` of the string) and a tool answer 960 levels deep
+    (rendered as text by `json.dumps`) each raised RecursionError through the whole run."""
     deep_arguments = '{"q": ' + "[" * 5000 + "]" * 5000 + "}"
     path = tmp_path / "chats.jsonl"
     lines = [_chat('{"title": "Dune"}', "3 copies"), _chat(deep_arguments, "x"), _chat("{}", "-")]
@@ -56,6 +58,7 @@ def test_nesting_past_pythons_recursion_limit_quarantines_the_record_and_the_run
 
 
 def _deep_json_line(chat: dict) -> str:
+    """`chat`'s line with its tool answer replaced by one 960 levels deep (its first three messages, then that)."""
     text = json.dumps({**chat, "messages": chat["messages"][:3]})[:-2]
     depth, leaf = 480, '"found"'  # 960 levels: within orjson's 1,024, past the recursion of `json.dumps`
     content = '{"a": [' * depth + leaf + "]}" * depth
