@@ -37,8 +37,8 @@ from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.schema import RecordError, Trajectory, check_limits, storable_metadata
 
-# What a buggy or hostile record can raise inside an adapter; anything else is our bug and stops the run.
 CUT_SHORT = "cut short"  # a compressed file that ends before its end marker: a copy or download that stopped
+# What a buggy or hostile record can raise inside an adapter; anything else is our bug and stops the run.
 # RecursionError: JSON nested thousands deep, in a tool call's arguments string or in content rendered as text.
 PARSE_ERRORS = (RecordError, KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError)
 
