@@ -44,18 +44,29 @@ SHAPES = {
     # text escapes it).
     "private key": PRIVATE_KEY_BLOCK + r"|" + _PRIVATE_KEY_HEADER + r"(?:[A-Za-z0-9+/=\s:,.-]|\\[nr])*",
 }
-# Credentials known by the name that stands before them, not by a shape of their own: the name and what separates
-# it from the value (a JSON or YAML key's quotes, `=`, `:`) are kept and the value alone is replaced, so that JSON
-# stays JSON. AWS's secret access key, as a credentials file, the environment, an SDK's config (`secretAccessKey`)
-# and STS's JSON (`"SecretAccessKey": "..."`) name it; a value longer than 40 characters keeps its tail.
-NAMED = {
-    "AWS secret access key": (r"(?i:secret_?access_?key)", r"[A-Za-z0-9/+]{40}"),
-}
 # What may stand between a name and its value: quotes (backslashed where the text is itself a JSON string's), then
 # `:` or `=`, then quotes again.
 NAME_SEPARATOR = r"[\\\"\x27]*\s*[:=]\s*[\\\"\x27]*"
+# A URL's scheme (`postgresql+psycopg2` too), its user and the `:` before its password (`postgres://admin:...@db`,
+# `https://user:token@github.com`, none in `redis://:...@cache`). No length is bounded: a counted repetition made RE2
+# 36x as slow over the same text (bench/redaction.py); a scheme of letters and digits from a word's start keeps
+# Python's `re` to one scan of each word.
+URL_SCHEME = r"\b[A-Za-z][A-Za-z0-9]*(?:\+[A-Za-z0-9]+)?"
+URL_USER = URL_SCHEME + r"://[^\s/:@\"\x27\\]*:"
+# Credentials known by what stands around them, not by a shape of their own: (lead, value, tail). The lead and the
+# tail are kept and the value alone is replaced, so that JSON stays JSON and a URL a URL.
+# - AWS's secret access key after its name, as a credentials file, the environment, an SDK's config
+#   (`secretAccessKey`) and STS's JSON (`"SecretAccessKey": "..."`) write it; a value longer than 40 characters
+#   keeps its tail.
+# - A password in a URL, up to the `@` that ends it (a `DATABASE_URL` an agent's `env` printed).
+AWS_SECRET_NAME = r"(?i:secret_?access_?key)"
+NAMED = {
+    "AWS secret access key": (AWS_SECRET_NAME + NAME_SEPARATOR, r"[A-Za-z0-9/+]{40}", ""),
+    "password in a URL": (URL_USER, r"[^\s/@\"\x27\\]+", "@"),
+}
 # The shapes of 2026-12-05, which migration 12 swept stores for; migration 13 sweeps again for the rest, and
-# migration 14 for the named credentials' quoted forms, PGP blocks and private keys without an end line.
+# migration 14 for the named credentials' quoted forms, passwords in URLs, PGP blocks and private keys without an
+# end line.
 FIRST_SHAPES = (
     "OpenAI or Anthropic API key",
     "Hugging Face token",
@@ -72,11 +83,10 @@ FIRST_SHAPES = (
 _WORD_START = r"\b"
 _AT_WORD_START = [shape.removeprefix(_WORD_START) for shape in SHAPES.values() if shape.startswith(_WORD_START)]
 _ANYWHERE = [shape for shape in SHAPES.values() if not shape.startswith(_WORD_START)]
-# The named credentials come first, their name and separator the pattern's one capturing group: what a replacement
-# keeps (`\1` in RE2's rewrite, the group in Python's); every other shape is replaced whole.
-_NAMED = "|".join(f"(?:{name})" for name, _ in NAMED.values())
-_NAMED_VALUE = "|".join(f"(?:{value})" for _, value in NAMED.values())
-NAMED_ALTERNATIVE = f"(?:((?:{_NAMED}){NAME_SEPARATOR})(?:{_NAMED_VALUE}))"
+# The named credentials come first, each with two capturing groups, its lead and its tail: what a replacement keeps
+# (`\1`..`\4` in RE2's rewrite, where a group that took no part is empty; the groups in Python's); every other shape
+# is replaced whole.
+NAMED_ALTERNATIVE = "|".join(f"(?:({lead}){value}({tail}))" for lead, value, tail in NAMED.values())
 PATTERN = "|".join(
     [
         NAMED_ALTERNATIVE,
@@ -87,31 +97,39 @@ PATTERN = "|".join(
 SHAPE_PATTERN = re.compile(PATTERN)
 
 
+def _named(found: re.Match) -> int | None:
+    """Which named credential (its index in NAMED) `found` is, or None for a shape replaced whole."""
+    return next((i for i in range(len(NAMED)) if found.group(2 * i + 1) is not None), None)
+
+
 def secret_kind(text: str) -> str | None:
     """The kind of the first credential-shaped run in `text`, or None."""
     found = SHAPE_PATTERN.search(text)
     if found is None:
         return None
-    if found.group(1) is not None:
-        value = found.group(0)[len(found.group(1)) :]
-        return next(kind for kind, (_, shape) in NAMED.items() if re.fullmatch(shape, value))
+    named = _named(found)
+    if named is not None:
+        return list(NAMED)[named]
     return next(kind for kind, shape in SHAPES.items() if re.fullmatch(shape, found.group(0)))
 
 
 def shape_spans(text: str) -> list[tuple[int, int]]:
     """Where `text` holds a credential-shaped run, as (start, end) spans: a named credential's value only."""
-    return [
-        (found.end(1) if found.group(1) is not None else found.start(), found.end())
-        for found in SHAPE_PATTERN.finditer(text)
-    ]
+    spans = []
+    for found in SHAPE_PATTERN.finditer(text):
+        named = _named(found)
+        spans.append(found.span() if named is None else (found.end(2 * named + 1), found.start(2 * named + 2)))
+    return spans
 
 
-def _replacement(found: re.Match) -> str:
-    return (found.group(1) or "") + REDACTED
+def replacement(found: re.Match) -> str:
+    """What replaces a match of PATTERN: REDACTED, between a named credential's lead and tail."""
+    named = _named(found)
+    return REDACTED if named is None else found.group(2 * named + 1) + REDACTED + found.group(2 * named + 2)
 
 
 def redact_shapes(text: str) -> str:
-    return SHAPE_PATTERN.sub(_replacement, text)
+    return SHAPE_PATTERN.sub(replacement, text)
 
 
 def redact_value(value: Any) -> Any:
@@ -126,11 +144,15 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+_KEPT_LEADS = "".join(f"\\{2 * i + 1}" for i in range(len(NAMED)))
+_KEPT_TAILS = "".join(f"\\{2 * i + 2}" for i in range(len(NAMED)))
+
+
 def sql_redacted(column: str) -> str:
     """A DuckDB expression: `column` with every credential-shaped run replaced (RE2 reads the pattern as `re`
     does; the pattern holds no single quote, so it sits in a plain string literal, where a backslash is literal;
-    `\\1`, the named credentials' kept name, is empty for every other shape)."""
-    return f"regexp_replace({column}, '{PATTERN}', '\\1{REDACTED}', 'g')"
+    the named credentials' kept leads and tails, `\\1`.., are empty for every other shape)."""
+    return f"regexp_replace({column}, '{PATTERN}', '{_KEPT_LEADS}{REDACTED}{_KEPT_TAILS}', 'g')"
 
 
 def sql_holds_secret(column: str) -> str:

@@ -42,12 +42,15 @@ def _credentials(rng: random.Random) -> list[str]:
         '{"SecretAccessKey": "' + chars(40, string.ascii_letters + string.digits + "/+") + '"}',
         "export AWS_SECRET_ACCESS_KEY='" + chars(40) + "'",
         'secretAccessKey:\n   \\"' + chars(40) + '\\"',
+        "postgres://admin:" + chars(12, string.ascii_letters + string.digits + "!#%") + "@db:5432/app",
+        "redis://:" + chars(10) + "@cache",
         KNOWN_KEY,
         KNOWN_KEY[::-1],
     ]
 
 
 FILLER = ['ls -la\n', '{"a": 1, ', "the key is ", " ", "\n", "HOME=/root\n", "token=", '"', "x", "Bearer", ": ", "SecretAccessKey", "'",
+          "https://", "example.com:8443/v2 ", "user:", "@host", "!",
           "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAK\n-----END CERTIFICATE-----\n", "path/to/file.txt "]  # fmt: skip
 
 

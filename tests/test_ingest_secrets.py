@@ -46,6 +46,16 @@ NAMED_FORMS = [
     "new S3Client({{secretAccessKey: '{}'}})",
     '"{{\\"SecretAccessKey\\": \\"{}\\"}}"',  # as the JSON text of a string holding JSON
 ]
+# Passwords in URLs: the scheme, the user and what follows the `@` stay.
+URL_FORMS = [
+    ("DATABASE_URL=postgres://admin:S3cr3tP4ssw0rd!@db.internal:5432/app", "postgres://admin:{}@db.internal", "S3cr3t"),
+    (
+        '{"remote": "https://x-access-token:ghs_abc123DEF@github.com/org/repo.git"}',
+        "https://x-access-token:{}@github",
+        "ghs_abc",
+    ),
+    ("redis://:hunter2@cache:6379/0 and amqp://guest:guest@rabbit/", "redis://:{}@cache", "hunter2"),
+]
 # Private keys that are not one PEM block with both its lines.
 KEY_BLOCKS = {
     "PGP": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGN0ZXN0AQgA0M1N\n=Ab3D\n-----END PGP PRIVATE KEY BLOCK-----",
@@ -65,6 +75,7 @@ LOOKALIKES = [
     "npm_config_cache=/tmp/npm",
     "aws_secret_access_key = <your secret key>",
     "AccountKey=short;",
+    "https://example.com:8443/path@v2 and ssh://git@github.com:22/org/repo",  # a port, a user without a password
 ]
 
 
@@ -84,6 +95,16 @@ def test_a_named_credentials_value_is_replaced_and_its_name_kept_by_re_and_by_du
     [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
     assert redact_shapes(text) == stored == form.format(REDACTED)
     if form.startswith("{"):
+        json.loads(stored)
+
+
+@pytest.mark.parametrize("text, kept, password", URL_FORMS)
+def test_a_password_in_a_url_is_replaced_and_the_url_around_it_kept(text, kept, password):
+    assert secret_kind(text) == "password in a URL"
+    [(stored,)] = duckdb.sql(f"SELECT {sql_redacted('t')} FROM (SELECT ? AS t)", params=[text]).fetchall()
+    assert redact_shapes(text) == stored
+    assert kept.format(REDACTED) in stored and password not in stored
+    if text.startswith("{"):
         json.loads(stored)
 
 
@@ -219,7 +240,7 @@ def test_a_store_swept_before_the_later_shapes_is_swept_for_them_when_next_opene
 
 def test_a_store_swept_before_the_named_and_cut_forms_is_swept_for_them_when_next_opened(config):
     """Migration 14: an AWS secret after its quoted name, a PGP block, a key cut before its end line."""
-    texts = [form.format(AWS_SECRET) for form in NAMED_FORMS] + list(KEY_BLOCKS.values())
+    texts = [form.format(AWS_SECRET) for form in NAMED_FORMS] + list(KEY_BLOCKS.values()) + [URL_FORMS[0][0]]
     with Store(config.workspace.database_path) as store:
         for index, text in enumerate(texts):
             store.execute(f"INSERT INTO turns VALUES ('t1', {index}, 'env', ?, NULL, false, NULL)", [text])
@@ -227,7 +248,9 @@ def test_a_store_swept_before_the_named_and_cut_forms_is_swept_for_them_when_nex
     with Store(config.workspace.database_path) as store:
         assert store.scalar("SELECT count(*) FROM schema_migrations WHERE version = 14") == 1
         observations = [row["observation"] for row in store.rows("SELECT observation FROM turns ORDER BY turn_index")]
-    assert observations == [form.format(REDACTED) for form in NAMED_FORMS] + [REDACTED] * len(KEY_BLOCKS)
+    assert observations == [form.format(REDACTED) for form in NAMED_FORMS] + [REDACTED] * len(KEY_BLOCKS) + [
+        f"DATABASE_URL=postgres://admin:{REDACTED}@db.internal:5432/app"
+    ]
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["sql", "python"])

@@ -20,15 +20,20 @@ from dataclasses import dataclass, field
 
 from pipeline.llm import credentials
 from pipeline.llm.batching import TokenLogprob
-from pipeline.secret_shapes import NAMED, PRIVATE_KEY_BLOCK, REDACTED
+from pipeline.secret_shapes import AWS_SECRET_NAME, PRIVATE_KEY_BLOCK, REDACTED, URL_SCHEME
 
 _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-.~+/=*\u2026\u2022")
-# The leads of the shapes that cross spaces or quotes (pipeline/secret_shapes.py): `bearer` and spaces; a named
-# credential's name and as much of its separator as has come (`"SecretAccessKey": "`, `aws_secret_access_key = `).
+# The leads of the shapes that cross spaces or quotes (pipeline/secret_shapes.py): `bearer` and spaces; AWS's secret
+# key's name and as much of its separator as has come (`"SecretAccessKey": "`, `aws_secret_access_key = `); a URL
+# from its scheme to as much of its user and password as has come (`postgres:/`, `postgres://admin:S3c`), until
+# something no URL's user or password holds shows it is none.
 _SEPARATOR_CHARACTERS = frozenset(string.whitespace + "\\\"':=")
-_NAME_ENDING = re.compile("(?:" + "|".join(name for name, _ in NAMED.values()) + r")\Z")
+_NAME_ENDING = re.compile(AWS_SECRET_NAME + r"\Z")
 _SEPARATOR_SO_FAR = re.compile(r"[\\\"\x27]*\s*(?:[:=]\s*[\\\"\x27]*)?")
 _LONGEST_NAME = 32  # characters a name may span (`aws_secret_access_key` is 21): where to look for one
+_SCHEME_ENDING = re.compile(URL_SCHEME + r"\Z")
+_SCHEME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "+")
+_USER_AND_PASSWORD_SO_FAR = re.compile(r"[^\s/:@\"\x27\\]*(?::[^\s/@\"\x27\\]*)?")
 _KEY_BLOCK_BEGIN = re.compile(r"-----BEGIN ")
 _KEY_BLOCK_HEADER = re.compile(r"-----BEGIN ([A-Z ]*)-----")
 _PRIVATE_HEADER = re.compile(r"PRIVATE KEY(?: BLOCK)?\Z")
@@ -36,8 +41,9 @@ _KEY_BLOCK = re.compile(PRIVATE_KEY_BLOCK)
 
 
 def _open_lead(text: str, cut: int) -> int | None:
-    """Where a credential's lead starts when `text[:cut]` ends with one (`Bearer `, `aws_secret_access_key: `).
-    Found from the end, over the separator's characters, so that a long run of spaces is no blind spot."""
+    """Where a credential's lead starts when `text[:cut]` ends with one (`Bearer `, `aws_secret_access_key: `,
+    `postgres://admin:`). Found from the end, over the separator's characters, so that a long run of spaces is no
+    blind spot; a URL's lead within the reach its bounded parts allow."""
     at = cut
     while at and text[at - 1] in _SEPARATOR_CHARACTERS:
         at -= 1
@@ -49,6 +55,26 @@ def _open_lead(text: str, cut: int) -> int | None:
     name = _NAME_ENDING.search(text, max(0, at - _LONGEST_NAME), at)
     if name is not None and _SEPARATOR_SO_FAR.fullmatch(after):
         return name.start()
+    return _open_url(text, cut)
+
+
+def _scheme_start(text: str, end: int) -> int | None:
+    """Where the URL scheme that ends at `end` starts (the shape's leftmost), or None."""
+    start = end
+    while start and text[start - 1] in _SCHEME_CHARACTERS:
+        start -= 1
+    found = _SCHEME_ENDING.search(text, start, end)
+    return None if found is None else found.start()
+
+
+def _open_url(text: str, cut: int) -> int | None:
+    """Where a URL starts when `text[:cut]` ends inside its lead or password: `postgres:`, `postgres://admin:S3c`.
+    Only the last `://` can be open (a user or password holds no `/`); before one, a scheme and its `:`."""
+    at = text.rfind("://", 0, cut)
+    if at != -1 and _USER_AND_PASSWORD_SO_FAR.fullmatch(text, at + 3, cut):
+        return _scheme_start(text, at)
+    if cut and text[cut - 1] == ":":  # `postgres:` whose `//` has not come (a `/` is held as a key character)
+        return _scheme_start(text, cut - 1)
     return None
 
 
