@@ -60,9 +60,10 @@ URL_USER = URL_SCHEME + r"://[^\s/:@\"\x27\\]*:"
 #   keeps its tail.
 # - A password in a URL, up to the `@` that ends it (a `DATABASE_URL` an agent's `env` printed).
 AWS_SECRET_NAME = r"(?i:secret_?access_?key)"
+URL_PASSWORD = "password in a URL"
 NAMED = {
     "AWS secret access key": (AWS_SECRET_NAME + NAME_SEPARATOR, r"[A-Za-z0-9/+]{40}", ""),
-    "password in a URL": (URL_USER, r"[^\s/@\"\x27\\]+", "@"),
+    URL_PASSWORD: (URL_USER, r"[^\s/@\"\x27\\]+", "@"),
 }
 # The shapes of 2026-12-05, which migration 12 swept stores for; migration 13 sweeps again for the rest, and
 # migration 14 for the named credentials' quoted forms, passwords in URLs, PGP blocks and private keys without an

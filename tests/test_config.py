@@ -84,6 +84,11 @@ CREDENTIAL_CONFIGS = [
     ),
     ("ingest:\n  sources:\n    - name: s\n      path: data/AKIA2E0A8F3B244C9986.jsonl\n", "ingest.sources.0.path"),
     ("cpt:\n  max_stepz: sk-proj-Q2x9vLm4TtR8wZp1Ys6Kd3Hf\n", "cpt.max_stepz"),  # unknown keys too
+    # A URL's password (a base_url's is refused by the endpoint's own check, tests/test_llm_secrets.py).
+    (
+        "ingest:\n  sources:\n    - name: s\n      path: https://u:S3cr3tP4ss@data.example/x.jsonl\n",
+        "ingest.sources.0.path",
+    ),
 ]
 
 
