@@ -43,7 +43,7 @@ _KEY_BLOCK = re.compile(PRIVATE_KEY_BLOCK)
 def _open_lead(text: str, cut: int) -> int | None:
     """Where a credential's lead starts when `text[:cut]` ends with one (`Bearer `, `aws_secret_access_key: `,
     `postgres://admin:`). Found from the end, over the separator's characters, so that a long run of spaces is no
-    blind spot; a URL's lead within the reach its bounded parts allow."""
+    blind spot; a URL's from the last `://` (`_open_url`)."""
     at = cut
     while at and text[at - 1] in _SEPARATOR_CHARACTERS:
         at -= 1
