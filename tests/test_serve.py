@@ -288,6 +288,21 @@ def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
     assert error["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"logit_bias": {"5": 200}}, "logit_bias"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+def test_a_bad_fields_400_names_it_as_param(server, fields, param):
+    """OpenAI's and vLLM's errors name the field at fault in `param`; checks that span the request named none."""
+    response = httpx.post(f"{server}/chat/completions", json={"messages": ACTION, **fields})
+    assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
 def test_every_standard_field_role_and_content_shape_is_accepted(client):
     """Issue 19's list of 400s, all in one request; `developer` is the system role, a `tool` message an
     observation, content parts join as text: the prompt is that of the plain request."""

@@ -31,7 +31,7 @@ a template that may not read them; `enable_thinking` must be a boolean.
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.store.schema import DOMAINS, SystemPrompt
 
@@ -183,14 +183,30 @@ class ChatCompletionRequest(Strict):
                 raise ValueError(f"structured request without `domain` (one of {', '.join(DOMAINS)})")
         elif not self.messages or self.messages[-1].world_model_role() != "user":
             raise ValueError("missing action: the last message must be the user's action")
-        if self.top_logprobs and not self.logprobs:  # OpenAI's rule, and vLLM's: silence here would drop them
-            raise ValueError("field `top_logprobs`: set `logprobs` to true to get top log probabilities")
-        if isinstance(self.stop, list) and len(self.stop) > 4:
-            raise ValueError("field `stop`: at most 4 stop sequences (OpenAI's limit)")
-        for token, bias in (self.logit_bias or {}).items():
-            if not -100 <= bias <= 100:
-                raise ValueError(f"field `logit_bias`: the bias of token {token} is outside [-100, 100]")
         return self
+
+    # Field validators, not the model's: the error then names its field (`param`), as OpenAI's and vLLM's do.
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top and not info.data.get("logprobs"):  # OpenAI's rule, and vLLM's: silence here would drop them
+            raise ValueError("set `logprobs` to true to get top log probabilities")
+        return top
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(stop, list) and len(stop) > 4:
+            raise ValueError("at most 4 stop sequences (OpenAI's limit)")
+        return stop
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _biases_within_100(cls, biases: dict[int, float] | None) -> dict[int, float] | None:
+        for token, bias in (biases or {}).items():
+            if not -100 <= bias <= 100:
+                raise ValueError(f"the bias of token {token} is outside [-100, 100]")
+        return biases
 
     def enable_thinking(self) -> bool | None:
         """The answer format asked for: True thinking, False direct, None the model's trained one."""
