@@ -46,13 +46,17 @@ SHAPES = {
 }
 # What may stand between a name and its value: quotes (backslashed where the text is itself a JSON string's), then
 # `:` or `=`, then quotes again.
-NAME_SEPARATOR = r"[\\\"\x27]*\s*[:=]\s*[\\\"\x27]*"
+QUOTES = r"[\\\"\x27]*"
+NAME_SEPARATOR = QUOTES + r"\s*[:=]\s*" + QUOTES
 # A URL's scheme (`postgresql+psycopg2` too), its user and the `:` before its password (`postgres://admin:...@db`,
 # `https://user:token@github.com`, none in `redis://:...@cache`). No length is bounded: a counted repetition made RE2
 # 36x as slow over the same text (bench/redaction.py); a scheme of letters and digits from a word's start keeps
 # Python's `re` to one scan of each word.
 URL_SCHEME = r"\b[A-Za-z][A-Za-z0-9]*(?:\+[A-Za-z0-9]+)?"
-URL_USER = URL_SCHEME + r"://[^\s/:@\"\x27\\]*:"
+# What a URL's user and its password may be made of (RE2 and Python alike; answer_redaction.py reads them too).
+URL_USER_CHARACTER = r"[^\s/:@\"\x27\\]"
+URL_PASSWORD_CHARACTER = r"[^\s/@\"\x27\\]"
+URL_USER = URL_SCHEME + "://" + URL_USER_CHARACTER + "*:"
 # Credentials known by what stands around them, not by a shape of their own: (lead, value, tail). The lead and the
 # tail are kept and the value alone is replaced, so that JSON stays JSON and a URL a URL.
 # - AWS's secret access key after its name, as a credentials file, the environment, an SDK's config
@@ -63,7 +67,7 @@ AWS_SECRET_NAME = r"(?i:secret_?access_?key)"
 URL_PASSWORD = "password in a URL"
 NAMED = {
     "AWS secret access key": (AWS_SECRET_NAME + NAME_SEPARATOR, r"[A-Za-z0-9/+]{40}", ""),
-    URL_PASSWORD: (URL_USER, r"[^\s/@\"\x27\\]+", "@"),
+    URL_PASSWORD: (URL_USER, URL_PASSWORD_CHARACTER + "+", "@"),
 }
 # The shapes of 2026-12-05, which migration 12 swept stores for; migration 13 sweeps again for the rest, and
 # migration 14 for the named credentials' quoted forms, passwords in URLs, PGP blocks and private keys without an

@@ -139,8 +139,9 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
     try:
         yield Document(str(path), _decode_json(data, str(path)))
     except RecordError as exc:
-        if _json_lines(data):  # JSON Lines under a `.json` name, as many datasets name them: read line by line
-            for number, line in enumerate(data.splitlines(), start=1):
+        lines = data.splitlines()
+        if _json_lines(lines):  # JSON Lines under a `.json` name, as many datasets name them: read line by line
+            for number, line in enumerate(lines, start=1):
                 if line.strip():
                     yield jsonl_document(line, f"{path}:{number}")
             return
@@ -153,13 +154,14 @@ def iter_documents(path: Path) -> Iterator[Document | Malformed]:
         yield Document(str(path), text, not_json=str(exc))
 
 
-def _json_lines(data: bytes) -> bool:
+def _json_lines(lines: list[bytes]) -> bool:
     """Whether a file that is not one JSON value is JSON Lines: more than one line, the first an object."""
-    lines = [line for line in data.splitlines() if line.strip()]
-    if len(lines) < 2:
+    filled = (line for line in lines if line.strip())
+    first, second = next(filled, None), next(filled, None)
+    if first is None or second is None:
         return False
     try:
-        return isinstance(orjson.loads(lines[0]), dict)
+        return isinstance(orjson.loads(first), dict)
     except orjson.JSONDecodeError:
         return False
 

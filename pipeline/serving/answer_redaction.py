@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 
 from pipeline.llm import credentials
 from pipeline.llm.batching import TokenLogprob
-from pipeline.secret_shapes import AWS_SECRET_NAME, PRIVATE_KEY_BLOCK, REDACTED, URL_SCHEME
+from pipeline.secret_shapes import (
+    AWS_SECRET_NAME,
+    PRIVATE_KEY_BLOCK,
+    QUOTES,
+    REDACTED,
+    URL_PASSWORD_CHARACTER,
+    URL_SCHEME,
+    URL_USER_CHARACTER,
+)
 
 _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-.~+/=*\u2026\u2022")
 # The leads of the shapes that cross spaces or quotes (pipeline/secret_shapes.py): `bearer` and spaces; AWS's secret
@@ -29,11 +37,11 @@ _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-.~+/=*\u20
 # something no URL's user or password holds shows it is none.
 _SEPARATOR_CHARACTERS = frozenset(string.whitespace + "\\\"':=")
 _NAME_ENDING = re.compile(AWS_SECRET_NAME + r"\Z")
-_SEPARATOR_SO_FAR = re.compile(r"[\\\"\x27]*\s*(?:[:=]\s*[\\\"\x27]*)?")
+_SEPARATOR_SO_FAR = re.compile(QUOTES + r"\s*(?:[:=]\s*" + QUOTES + ")?")  # NAME_SEPARATOR as far as it has come
 _LONGEST_NAME = 32  # characters a name may span (`aws_secret_access_key` is 21): where to look for one
 _SCHEME_ENDING = re.compile(URL_SCHEME + r"\Z")
 _SCHEME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "+")
-_USER_AND_PASSWORD_SO_FAR = re.compile(r"[^\s/:@\"\x27\\]*(?::[^\s/@\"\x27\\]*)?")
+_USER_AND_PASSWORD_SO_FAR = re.compile(f"{URL_USER_CHARACTER}*(?::{URL_PASSWORD_CHARACTER}*)?")
 _KEY_BLOCK_BEGIN = re.compile(r"-----BEGIN ")
 _KEY_BLOCK_HEADER = re.compile(r"-----BEGIN ([A-Z ]*)-----")
 _PRIVATE_HEADER = re.compile(r"PRIVATE KEY(?: BLOCK)?\Z")

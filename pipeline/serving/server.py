@@ -44,6 +44,8 @@ from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
 from pipeline.store.schema import DOMAINS, SystemPrompt
 
+STREAM_END = "data: [DONE]\n\n"  # a streamed answer's last event, whatever came before it
+
 
 class RequestError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
@@ -418,7 +420,7 @@ def build_app(
                 index, step = await queue.get()
                 if step.finish_reason == "error":
                     yield event(_error_body(500, f"generation failed: {step.error}"))
-                    yield "data: [DONE]\n\n"  # the stream's end, after its error, as vLLM's server ends it
+                    yield STREAM_END  # after its error too, as vLLM's server ends it
                     return
                 final = step.finish_reason is not None
                 # Shown as far as no later token can change its redaction; the rest waits for the next steps.
@@ -440,7 +442,7 @@ def build_app(
             options = prepared.request.stream_options
             if options is not None and options.include_usage:
                 yield event({**head, "choices": [], "usage": _usage(prepared, completion_tokens)})
-            yield "data: [DONE]\n\n"
+            yield STREAM_END
         finally:  # the client closed the stream, or it ended: rows still decoding leave the batch
             for row in rows:
                 row.cancel()
