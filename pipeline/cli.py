@@ -22,11 +22,11 @@ from typer.core import TyperCommand, TyperGroup
 
 from pipeline.config import ConfigError, SimulacraConfig, load_config, parse_override
 from pipeline.errors import (
-    INTERRUPTED,
     UserFixableError,
     full_disk,
     interrupted,
     interrupts_received,
+    stopped_by,
     watch_for_interrupts,
 )
 from pipeline.llm.batching import DRAFT_TOKENS  # the standard library only at import
@@ -47,7 +47,7 @@ MODEL_STAGES = {"cpt", "sft", "rl", "evaluate", "fidelity"}
 
 class Commands(TyperGroup):
     """The command group: runs the chosen command, and turns a UserFixableError into one line on
-    stderr and exit status 2, and ctrl-C into one line and status 130, even one a library dropped.
+    stderr and exit status 2, and ctrl-C into one line and status 130 (SIGTERM 143), even one a library dropped.
     Text, not markup: messages hold brackets (`file[3]`)."""
 
     def invoke(self, ctx):
@@ -74,8 +74,9 @@ class Commands(TyperGroup):
     def _stop_interrupted(ctx) -> None:
         # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
         # rest rolled back, and each stage resumes from what it committed.
-        console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), INTERRUPTED), soft_wrap=True)
-        raise typer.Exit(130) from None
+        line, status = stopped_by()
+        console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), line), soft_wrap=True)
+        raise typer.Exit(status) from None
 
 
 app = typer.Typer(

@@ -1,5 +1,5 @@
 """The `simulacra` console script (pyproject.toml): ctrl-C stops it with one line and status 130 from
-the first instant.
+the first instant (SIGTERM with its own line and 143).
 
 The command line (pipeline/cli.py) imports typer, rich and pydantic before it can catch anything, a
 second or more on a cold disk, and a ctrl-C then printed a 47-line KeyboardInterrupt traceback (issue
@@ -10,7 +10,7 @@ turns it into "Aborted!" and status 1) still ends with the line and 130.
 
 import sys
 
-from pipeline.errors import INTERRUPTED, interrupts_received, watch_for_interrupts
+from pipeline.errors import interrupts_received, stopped_by, watch_for_interrupts
 
 # The group's options that take a value (`--set x=1`): the command's name is the first word after them.
 OPTIONS_WITH_VALUES = ("--config", "-c", "--set")
@@ -25,10 +25,11 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     except SystemExit as ended:
-        if ended.code == 130 or not interrupts_received():
+        if ended.code in (130, 143) or not interrupts_received():
             raise
-    print(f"{command_name(sys.argv[1:])}: {INTERRUPTED}", file=sys.stderr)
-    return 130
+    line, status = stopped_by()
+    print(f"{command_name(sys.argv[1:])}: {line}", file=sys.stderr)
+    return status
 
 
 def command_name(args: list[str]) -> str:

@@ -5,7 +5,9 @@ message is one line that names the fix ("run `simulacra score`"), and the CLI pr
 traceback and exits with status 2 (pipeline/cli.py). Anything else is a bug and keeps its traceback.
 
 And ctrl-C, in whichever form it reaches the code (DuckDB reports one as its own error): the CLI turns it
-into one line and status 130, and code that routes around DuckDB's refusals must let it through.
+into one line and status 130, and code that routes around DuckDB's refusals must let it through. SIGTERM (what
+`timeout`, a container's stop, a scheduler's cancel send) stops a command the same way, with its own line and
+status 143.
 """
 
 import errno
@@ -18,12 +20,21 @@ from typing import TypeGuard
 
 # What the CLI prints after the command's name when ctrl-C stopped it.
 INTERRUPTED = "interrupted: rerun the same command to resume"
+# And when SIGTERM stopped it.
+TERMINATED = "terminated: rerun the same command to resume"
 
 _interrupts_received = 0
+_last_signal = signal.SIGINT
 
 
 class UserFixableError(RuntimeError):
     """A problem the user can fix; the message names the fix in one line."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where ctrl-C's KeyboardInterrupt would be: every path that lets an interrupt through (a
+    transaction rolled back, DuckDB's own report of it recognised, Prefect's run recorded CRASHED) does the same
+    for it, since it is one."""
 
 
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -104,23 +115,34 @@ def _size(count: int) -> str:
 
 
 def watch_for_interrupts() -> None:
-    """From now on ctrl-C raises KeyboardInterrupt, as Python's own handler does, and is counted
+    """From now on ctrl-C raises KeyboardInterrupt, as Python's own handler does, and SIGTERM `Terminated`, where
+    it ended the process on the spot with no word (status 143, a log that stops mid-line); each is counted
     (`interrupts_received`), so the CLI knows of one that a library ran the handler for and then dropped:
     DuckDB checks for signals while a query runs, and one ctrl-C in 27 ended `ingest` with status 0, the
-    file read to its end (issue 29.3). A process started with ctrl-C ignored (`nohup`) keeps ignoring it."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
-        signal.default_int_handler,
-        _count_and_raise,
-    ):
-        signal.signal(signal.SIGINT, _count_and_raise)
+    file read to its end (issue 29.3). A process started with ctrl-C ignored (`nohup`) keeps ignoring it, and
+    one whose SIGTERM someone else handles keeps their handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(signum) in (default, _count_and_raise):
+            signal.signal(signum, _count_and_raise)
 
 
 def interrupts_received() -> int:
-    """How many ctrl-Cs reached the handler `watch_for_interrupts` installed, whatever became of them."""
+    """How many ctrl-Cs (or SIGTERMs) reached the handler `watch_for_interrupts` installed, whatever became of them."""
     return _interrupts_received
 
 
+def stopped_by() -> tuple[str, int]:
+    """What the CLI prints after the command's name when a signal stopped it, and the exit status: ctrl-C's 130,
+    SIGTERM's 143 (128 + the signal, as a shell reports a process the signal ended)."""
+    if _last_signal == signal.SIGTERM:
+        return TERMINATED, 128 + signal.SIGTERM
+    return INTERRUPTED, 128 + signal.SIGINT
+
+
 def _count_and_raise(signum, frame) -> None:
-    global _interrupts_received
+    global _interrupts_received, _last_signal
     _interrupts_received += 1
-    raise KeyboardInterrupt
+    _last_signal = signum
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt

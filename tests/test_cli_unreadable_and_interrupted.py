@@ -139,11 +139,7 @@ def test_ctrl_c_in_a_terminal_stops_a_pipeline_run_and_prefect_records_the_crash
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 240
-
-    def written() -> int:
-        return sum(p.stat().st_size for p in workspace.glob("simulacra.duckdb*") if p.is_file())
-
-    while child.poll() is None and time.monotonic() < deadline and written() < 1_500_000:  # past the migrations
+    while child.poll() is None and time.monotonic() < deadline and store_bytes(workspace) < 1_500_000:  # migrated
         time.sleep(0.05)
     assert child.poll() is None, "ingestion finished before the signal: make the file bigger"
     os.killpg(child.pid, signal.SIGINT)
@@ -245,6 +241,50 @@ def test_every_ctrl_c_stops_the_command_with_one_line_and_status_130(tmp_path, p
         "Traceback" not in stderr
         and stderr.strip().splitlines()[-1] == "ingest: interrupted: rerun the same command to resume"
     )
+
+
+def test_sigterm_stops_the_command_with_its_own_line_and_status_143_and_the_rerun_resumes(tmp_path):
+    """SIGTERM, what `timeout`, a container's stop and a scheduler's cancel send, ended a command on the spot with
+    no word (status 143, the log stopping mid-progress-bar): now it stops as ctrl-C does, with a line of its own."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["simulacra"]
+    module, _, function = declared.partition(":")
+    script = CONSOLE_SCRIPT.format(preamble="", module=module, function=function)
+    big = big_terminal_file(tmp_path)
+    workspace = tmp_path / "ws"
+    command = [sys.executable, "-c", script, "--set", f"workspace.path={workspace}"]
+    child = subprocess.Popen(
+        [*command, "--set", "ingest.batch_trajectories=50", "ingest", str(big)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while child.poll() is None and time.monotonic() < deadline and store_bytes(workspace) < 1_500_000:
+        time.sleep(0.05)
+    assert child.poll() is None, "ingestion finished before the signal: make the file bigger"
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "ingest: terminated: rerun the same command to resume"
+
+    done = subprocess.run(
+        [*command, "ingest", str(big)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    with Store(workspace / "simulacra.duckdb", read_only=True) as store:
+        assert store.scalar("SELECT sum(records_read) FROM ingested_files WHERE completed") == records(big)
+
+
+def store_bytes(workspace: Path) -> int:
+    return sum(p.stat().st_size for p in workspace.glob("simulacra.duckdb*") if p.is_file())
 
 
 def test_an_interrupt_duckdb_wraps_is_still_an_interrupt_behind_the_cleanup_error():
