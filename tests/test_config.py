@@ -20,6 +20,9 @@ BAD_CONFIGS = [
     ("- just\n- a list\n", ["expected a mapping"]),
     ("filter: [unclosed\n", ["not valid YAML at line 2, column 1: expected ',' or ']'", "at line 1, column 9)"]),
     ("filter:\n  min_turns: 2\n bad: indent\n", ["not valid YAML at line 3, column 2: expected <block end>"]),
+    # YAML reads `.inf`, and `gt=0` let it through: CPT trained to NaN weights and registered them.
+    ("cpt:\n  learning_rate: .inf\n", ["cpt.learning_rate", "finite number"]),
+    ("sft:\n  judge:\n    endpoint:\n      timeout_s: .inf\n", ["sft.judge.endpoint.timeout_s", "finite number"]),
 ]
 
 
@@ -34,6 +37,36 @@ def test_bad_config_names_file_and_field(tmp_path: Path, text: str, fragments: l
     assert "<unicode string>" not in message and "\n" not in message.split("invalid configuration")[0]
     for fragment in fragments:
         assert fragment in message
+
+
+def test_a_config_file_not_utf8_unreadable_or_a_folder_is_one_line_naming_it(tmp_path: Path):
+    """A latin-1 comment, a file the OS cannot read, a folder: each was a traceback (UnicodeDecodeError, OSError)
+    or "config file not found" for a folder that is there."""
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("cpt:\n  max_steps: 3  # café\n".encode("latin-1"))
+    cases = [
+        (latin1, "latin1.yaml: not UTF-8 (byte 0xe9 at offset 26): save it as UTF-8"),
+        (tmp_path, f"{tmp_path}: a folder, not a config file"),
+    ]
+    if Path("/proc/self/mem").exists():  # a file that exists and whose read fails (EIO)
+        cases.append((Path("/proc/self/mem"), "/proc/self/mem: could not be read ("))
+    for path, expected in cases:
+        result = CliRunner().invoke(app, ["--config", str(path), "config"])
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value", ["[", "{a: 1", '"abc', "*alias", "@x", "`x"])
+def test_an_override_whose_value_is_not_yaml_names_the_field_and_how_to_quote(value: str):
+    """`--set cpt.max_steps=[` was PyYAML's traceback, exit 1; the value itself is not quoted back (an override may
+    hold a key)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_override(f"model.base={value}")
+    message = str(caught.value)
+    assert message.startswith("override `model.base`: its value is not valid YAML at line 1, column ")
+    assert message.endswith("""quote it for a string (--set 'model.base="..."')""")
+    result = CliRunner().invoke(app, ["--set", f"model.base={value}", "config"])
+    assert result.exit_code == 2 and "override `model.base`" in result.output
 
 
 def test_no_file_means_defaults_in_the_current_folder():

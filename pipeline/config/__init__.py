@@ -95,7 +95,14 @@ def parse_override(text: str) -> dict[str, Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
     path, raw = text.split("=", 1)
-    value: Any = yaml.safe_load(raw)
+    try:
+        value: Any = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        # The value is not quoted back: an override may hold what the credential check below would refuse.
+        raise ConfigError(
+            f"override `{path.strip()}`: its value is not valid YAML{yaml_problem(exc)}; quote it for a string "
+            f"(--set '{path.strip()}=\"...\"')"
+        ) from None
     for part in reversed(path.strip().split(".")):
         value = {part: value}
     return value
@@ -151,12 +158,20 @@ def load_config(path: str | Path | None = None, overrides: list[dict[str, Any]] 
     if path is not None:
         file = Path(path)
         where = str(file)
+        if file.is_dir():
+            raise ConfigError(f"{where}: a folder, not a config file: name the YAML file in it")
         if not file.is_file():
             raise ConfigError(f"{where}: config file not found")
         try:
             loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{where}: not valid YAML{yaml_problem(exc)}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{where}: not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"{where}: could not be read ({exc.strerror or exc}): make it readable") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
