@@ -28,6 +28,7 @@ from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.store.database import Store
 from pipeline.store.snapshot import MissingScores
 from pipeline.training.checkpoints import missing_parts
+from pipeline.training.divergence import TrainingDiverged
 from stages import cpt
 from stages import score as score_stage
 
@@ -485,3 +486,15 @@ def test_a_kill_while_a_checkpoint_is_written_resumes_from_the_previous_checkpoi
     assert any(str(cut) in record.getMessage() and str(kept) in record.getMessage() for record in caplog.records)
     assert missing_parts(trainer_dir / "checkpoint-16") == []
     assert (run_dir / "model" / "model.safetensors").is_file()
+
+
+def test_a_learning_rate_that_breaks_the_weights_fails_the_stage_and_registers_nothing(tmp_path):
+    """A finite rate far too large trained the weights to NaN; the stage reported "CE 6.238 -> nan", registered
+    the checkpoint, and SFT trained on from it (status 0). (An infinite rate is refused by the config.)"""
+    config = cpt_config(tmp_path, max_steps=3, save_steps=3, learning_rate=1e30)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=12)
+        with pytest.raises(TrainingDiverged, match=r"weights not finite after step 3 .*cpt.learning_rate 1e\+30"):
+            cpt.run(config, store)
+        assert store.scalar("SELECT count(*) FROM checkpoints") == 0
+    assert not list((tmp_path / "workspace" / "runs" / "cpt").glob("*/model"))

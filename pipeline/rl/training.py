@@ -33,6 +33,7 @@ from pipeline.training.checkpoints import (
     resume_checkpoint,
     save_model_atomic,
 )
+from pipeline.training.divergence import refuse_diverged_weights
 from pipeline.training.models import bf16_mixed_precision, load_causal_lm, mixed_precision_choice
 from pipeline.training.tiny_model import IM_END
 from pipeline.training.trainer import run_callbacks
@@ -222,6 +223,7 @@ def train_gspo(
     eos = trainer.model.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     trainer.model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
+    refuse_diverged_weights(trainer, STAGE, config.rl.learning_rate)
     save_model_atomic(trainer, model_dir)
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     args = trainer.args

@@ -53,6 +53,7 @@ from pipeline.training.checkpoints import (
     resume_checkpoint,
     save_model_atomic,
 )
+from pipeline.training.divergence import refuse_diverged_weights
 from pipeline.training.mask_epochs import mask_epochs_callback
 from pipeline.training.models import (
     bf16_mixed_precision,
@@ -349,6 +350,7 @@ def train(config, job: TrainingJob) -> TrainingOutcome:
     eos = model.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     model.generation_config.eos_token_id = eos if im_end in eos else eos + [im_end]
+    refuse_diverged_weights(trainer, job.stage, settings.learning_rate)
     save_model_atomic(trainer, job.model_dir)
     if after and trainer.is_world_process_zero():
         write_text_atomic(
