@@ -28,6 +28,29 @@ def forget_migration(workspace: Path) -> None:
         store.execute("DELETE FROM schema_migrations WHERE version = 3")
 
 
+def migrate_by_a_newer_version(workspace: Path) -> None:
+    with Store(workspace / "simulacra.duckdb") as store:
+        store.execute("INSERT INTO schema_migrations VALUES (999, 'a newer simulacra', now())")
+
+
+def not_a_store(workspace: Path) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "simulacra.duckdb").write_text("hello\n")
+
+
+def cut_short(workspace: Path) -> None:
+    store = workspace / "simulacra.duckdb"
+    store.write_bytes(store.read_bytes()[:1000])
+
+
+def a_block_overwritten(workspace: Path) -> None:
+    with (workspace / "simulacra.duckdb").open("r+b") as handle:
+        handle.seek(3 * 4096)
+        handle.write(os.urandom(4096))
+
+
+DAMAGED = "{workspace}/simulacra.duckdb is damaged or not a DuckDB file ("
+
 # (commands run first, or functions of the workspace; the command; the one line it must print)
 CASES = [
     (
@@ -135,6 +158,26 @@ CASES = [
         ["stats"],
         "stats: {workspace}/simulacra.duckdb lacks migration(s) 3 (pool group keys), and a read-only command cannot "
         "apply them: run a command that writes to it first (e.g. `simulacra split`)",
+    ),
+    # A store migrated by a newer simulacra was written to as the old schema without a word.
+    *(
+        (
+            f"{command} of a store a newer version migrated",
+            [["ingest", TERMINAL], migrate_by_a_newer_version],
+            [command],
+            f"{command}: {{workspace}}/simulacra.duckdb was migrated by a newer simulacra (schema version 999; this "
+            "one knows up to ",
+        )
+        for command in ("stats", "filter")
+    ),
+    # Each of these was DuckDB's traceback, exit 1, in every command.
+    ("a store that is not a DuckDB file", [not_a_store], ["stats"], f"stats: the store {DAMAGED}The file "),
+    ("a store cut short", [["ingest", TERMINAL], cut_short], ["filter"], f"filter: the store {DAMAGED}Could not "),
+    (
+        "a store with a damaged block",
+        [["ingest", TERMINAL], a_block_overwritten],
+        ["stats"],
+        f"stats: the store {DAMAGED}Corrupt database file: ",
     ),
 ]
 

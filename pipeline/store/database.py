@@ -31,6 +31,15 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in str(exc).lower()
 
 
+# How DuckDB says a file is not a store it can read: not DuckDB's at all (an empty file too), cut short by a copy or
+# a full disk, a block whose checksum fails (seen at open, where the catalog is read).
+_DAMAGED = ("not a valid DuckDB database file", "Could not read enough bytes", "Corrupt database file")
+
+
+def _damaged(exc: Exception) -> bool:
+    return any(words in str(exc) for words in _DAMAGED)
+
+
 class Store:
     def __init__(
         self, path: Path | str, read_only: bool = False, lock_timeout_s: float = 120.0, existing: bool = False
@@ -74,7 +83,11 @@ class Store:
                 if not self.read_only:
                     make_private_file(self.path)
                 return connection
-            except duckdb.IOException as exc:
+            except duckdb.Error as exc:
+                if _damaged(exc):
+                    raise self._damaged_store(exc) from None
+                if not isinstance(exc, duckdb.IOException):
+                    raise
                 if "permission denied" in str(exc).lower() or "read-only file system" in str(exc).lower():
                     raise self._unwritable(
                         "permission denied" if "permission" in str(exc).lower() else "read-only file system"
@@ -94,6 +107,13 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _damaged_store(self, exc: Exception) -> UserFixableError:
+        said = str(exc).split("\n")[0].removeprefix("IO Error: ")
+        return UserFixableError(
+            f"the store {self.path} is damaged or not a DuckDB file ({said}): restore it from a backup, or move it "
+            "aside and run `simulacra ingest` again"
+        )
 
     def _unwritable(self, reason: str) -> UserFixableError:
         return UserFixableError(
@@ -120,6 +140,7 @@ class Store:
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
         )
         done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        self._refuse_newer(done)
         applied = []
         for version, name, statements in MIGRATIONS:
             if version in done:
@@ -136,10 +157,23 @@ class Store:
             applied.append(version)
         return applied
 
+    def _refuse_newer(self, done: set[int]) -> None:
+        """A store a newer simulacra migrated holds tables this one does not know the meaning of: writing old rows
+        into it, or reading it as the old schema, would go wrong without a word."""
+        known = max(version for version, _, _ in MIGRATIONS)
+        unknown = sorted(version for version in done if version > known)
+        if unknown:
+            self.close()
+            raise UserFixableError(
+                f"{self.path} was migrated by a newer simulacra (schema version {unknown[-1]}; this one knows up to "
+                f"{known}): upgrade simulacra (`git pull`, then `make`), or set `workspace.path` to another folder"
+            )
+
     def _require_migrated(self) -> None:
         """A reader cannot migrate: a store an older version wrote must be opened for writing first."""
         assert self._connection is not None  # called by .connection once it has opened it
         done = {row[0] for row in self._connection.execute("SELECT version FROM schema_migrations").fetchall()}
+        self._refuse_newer(done)
         pending = [f"{version} ({name})" for version, name, _ in MIGRATIONS if version not in done]
         if pending:
             self.close()
