@@ -22,9 +22,11 @@ import yaml
 
 from pipeline.config import SimulacraConfig, load_config
 from pipeline.config.score import KeepRatios
+from pipeline.errors import UserFixableError
 from pipeline.informativeness import SCORER_VERSION
 from pipeline.orchestration.faults import InjectedFault
 from pipeline.orchestration.fingerprint import stage_fingerprint
+from pipeline.sft.base_model import NoCPTCheckpoint, sft_base_ref
 from pipeline.store.database import Store
 from pipeline.store.snapshot import MissingScores
 from pipeline.training.checkpoints import missing_parts
@@ -498,3 +500,26 @@ def test_a_learning_rate_that_breaks_the_weights_fails_the_stage_and_registers_n
             cpt.run(config, store)
         assert store.scalar("SELECT count(*) FROM checkpoints") == 0
     assert not list((tmp_path / "workspace" / "runs" / "cpt").glob("*/model"))
+
+
+def test_a_finished_run_whose_model_was_deleted_names_the_folder_to_remove_and_sft_says_why(tmp_path):
+    """`rm -rf runs/cpt/<fp>/model`: cpt answered "already trained" (registering the missing folder again) and sft
+    "none is registered: run `simulacra cpt` first", each sending the user to the other."""
+    config = cpt_config(tmp_path, max_steps=2, save_steps=2)
+    with Store(config.workspace.database_path) as store:
+        fill_store(store, n_trajectories=12)
+        first = cpt.run(config, store)
+    shutil.rmtree(first.output_path)
+    run_dir = first.output_path.parent
+    with Store(config.workspace.database_path) as store:
+        with pytest.raises(UserFixableError, match=f"its model folder {first.output_path} is gone or incomplete: put"):
+            cpt.run(config, store)
+        with pytest.raises(
+            NoCPTCheckpoint, match=r"the one registered \(.*\) is no longer on disk: run `simulacra cpt`"
+        ):
+            sft_base_ref(config, store)
+    shutil.rmtree(run_dir)  # what the line says to do
+    with Store(config.workspace.database_path) as store:
+        again = cpt.run(config, store)
+        assert again.output_path == first.output_path and (again.output_path / "config.json").is_file()
+        assert sft_base_ref(config, store) == str(again.output_path)

@@ -20,6 +20,11 @@ def sft_base_ref(config, store) -> str:
         return config.sft.base_model
     found = registered_cpt_checkpoint(store)
     if found is None:
+        if gone := store.scalar("SELECT path FROM checkpoints WHERE stage = 'cpt' ORDER BY created_at DESC LIMIT 1"):
+            raise NoCPTCheckpoint(
+                f"sft starts from the CPT checkpoint, and the one registered ({gone}) is no longer on disk: "
+                "run `simulacra cpt` (it says how to train it again), or set sft.base_model"
+            )
         raise NoCPTCheckpoint(
             "sft starts from the CPT checkpoint and none is registered: run `simulacra cpt` first, or set sft.base_model"
         )

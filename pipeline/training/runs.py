@@ -72,6 +72,7 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
             f"{stage}.output_dir {output_dir} holds a run with other inputs (fingerprint {previous}, now {fingerprint}): "
             "remove it or choose another folder"
         )
+    _refuse_lost_model(stage, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     _hold_run_folder(output_dir)
     inputs = fingerprint_inputs(config, store, stage)
@@ -79,6 +80,27 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
         recorded, json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n"
     )
     return output_dir, fingerprint
+
+
+# Files a training run writes once its model is saved (`trained.json`: SFT's and RL's training done, their
+# validation next; `metrics.json`: the run complete). Either one present means the run counts its model as there.
+TRAINED_MARKERS = ("trained.json", "metrics.json")
+
+
+def _refuse_lost_model(stage: str, output_dir: Path) -> None:
+    """A run that finished, whose `model/` was then deleted or moved: `cpt` answered "already trained" and registered
+    the missing folder again, and `sft` answered "none is registered: run `simulacra cpt` first", each sending the user
+    to the other. Its validation answers and metrics belong to the lost weights, so the run is not trained again
+    into the same folder behind them: the line names the folder to remove (or the model to put back)."""
+    model_dir = output_dir / "model"
+    if not any((output_dir / marker).is_file() for marker in TRAINED_MARKERS):
+        return
+    if (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors")):
+        return
+    raise UserFixableError(
+        f"{stage}'s run {output_dir} finished, but its model folder {model_dir} is gone or incomplete: put it back, "
+        f"or remove {output_dir} and rerun `simulacra {stage}` to train it again"
+    )
 
 
 # The run folders this process holds (their lock file's descriptor), from claim until the run is recorded.
