@@ -98,13 +98,13 @@ def _prompts(config, store, plan: Plan):
     from pipeline.sft.queries import choose_targets, load_queries
 
     rl = config.rl
-    too_long = 0
+    too_long, shortest = 0, None
     ranked = select_targets(target_turns(store, "rl"), None, rl.seed)
     if rl.max_prompt_tokens is None and not rl.verifier_share:
         ranked = ranked[: rl.max_prompts] if rl.max_prompts is not None else ranked
     queries = load_queries(plan.snapshot_dir, "rl", ranked, rl.max_history_chars)
     if rl.max_prompt_tokens is not None:  # the long ones left out before the choice
-        queries, too_long = _fitting(config, plan, queries)
+        queries, too_long, shortest = _fitting(config, plan, queries)
     code = verifiers(store, [(q.trajectory_id, q.turn_index) for q in queries])
     alternates: list = []
     if rl.verifier_share and rl.max_prompts is not None:
@@ -115,9 +115,16 @@ def _prompts(config, store, plan: Plan):
             plan.snapshot_dir, "rl", choose_targets(verified, None, rl.seed), rl.max_history_chars
         )
         if rl.max_prompt_tokens is not None:
-            alternates, _ = _fitting(config, plan, alternates)
+            alternates, _, _ = _fitting(config, plan, alternates)
         code |= verifiers(store, [(q.trajectory_id, q.turn_index) for q in alternates])
     queries = choose_with_verifiers(queries, code, rl.max_prompts, rl.verifier_share, alternates)
+    if not queries and too_long:
+        # Else DuckDB's "executemany requires a non-empty list" below, a traceback (SFT says the same of sft.max_length).
+        raise UserFixableError(
+            f"none of the rl pool's {too_long} target turns fits in rl.max_prompt_tokens ({rl.max_prompt_tokens} "
+            f"tokens; the shortest prompt is {shortest}): raise rl.max_prompt_tokens to at least {shortest}, or "
+            "shorten rl.max_history_chars"
+        )
     fmt = _format(config)
     prompts = build_prompts(queries, code, rl.control_fraction, rl.seed, fmt.thinking)
     write_prompts(plan.prompts_path, prompts)
@@ -171,15 +178,16 @@ def choose_with_verifiers(ranked, code: dict, limit: int | None, share: float, a
 
 def _fitting(config, plan: Plan, queries):
     """The queries whose RL prompt (control instruction included) fits `rl.max_prompt_tokens` in the policy's
-    tokenizer and chat template, as TRL renders it, in their order; and how many did not."""
+    tokenizer and chat template, as TRL renders it, in their order; how many did not; the shortest prompt's tokens."""
     from pipeline.rl.prompts import build_prompts, prompt_tokens
     from pipeline.training.trainer import load_tokenizer_with_chatml
 
     tokenizer, _ = load_tokenizer_with_chatml(config, plan.base_ref)
     rl = config.rl
     prompts = build_prompts(queries, {}, rl.control_fraction, rl.seed, _format(config).thinking)
-    fits = [prompt_tokens(tokenizer, prompt.messages) <= rl.max_prompt_tokens for prompt in prompts]
-    return [query for query, fit in zip(queries, fits) if fit], fits.count(False)
+    lengths = [prompt_tokens(tokenizer, prompt.messages) for prompt in prompts]
+    fits = [length <= rl.max_prompt_tokens for length in lengths]
+    return [query for query, fit in zip(queries, fits) if fit], fits.count(False), min(lengths, default=None)
 
 
 def _format(config):

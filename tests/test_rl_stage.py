@@ -8,6 +8,7 @@ rerun must resume from that checkpoint, finish, and record one prompt per trajec
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from test_cpt_stage import fill_store
 
 from pipeline.config import load_config
 from pipeline.config.model import TinyModelConfig
+from pipeline.errors import UserFixableError
 from pipeline.rl.controls import KINDS
 from pipeline.store.database import Store
 from pipeline.training.models import tiny_model_dir
@@ -211,6 +213,16 @@ def test_prompts_over_max_prompt_tokens_are_left_out_before_the_choice_and_count
     assert all(prompt_tokens(tokenizer, p.messages) <= limit for p in kept)
     selection = json.loads((plan.output_dir / rl.SELECTION_FILE).read_text())
     assert selection["prompts_too_long"] >= 1
+
+    # None within it: one line naming the setting and the length that fits, where DuckDB's "executemany requires a
+    # non-empty list" was the traceback.
+    nothing_fits = config.model_copy(update={"rl": config.rl.model_copy(update={"max_prompt_tokens": 1})})
+    with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
+        rl.prepare(nothing_fits, store)
+    said = re.search(
+        r"fits in rl.max_prompt_tokens \(1 tokens; the shortest prompt is (\d+)\): raise", str(refused.value)
+    )
+    assert said is not None and int(said[1]) <= lengths[0]
 
 
 def test_direct_rl_rewards_the_observation_as_written_and_measures_its_prompts_before_and_after(workspace):
