@@ -156,6 +156,14 @@ def _kept_none(store, sft, sampler, queries: list[Query], selections: list[dict[
             "credentials into its answers (a debugging proxy copying the Authorization header does): point "
             "sft.generators at an endpoint that does not, then rerun; see the sft_candidates table"
         )
+    if selections and all(row["reason"] == "no_parsed_candidate" for row in selections):
+        # No threshold applies to answers that never parsed: lowering sft.min_score, the old advice, changes nothing.
+        return (
+            f"{kept_none}: no candidate parsed in the thinking format (a thinking block, then the observation), so "
+            "the generator does not write it: use a reasoning generator, set `rationale: true` on it (it writes "
+            "the observation, then a thinking that explains it), or train directly (answers.thinking: false); "
+            "the sft_candidates table's parse_status says what each answer lacked"
+        )
     return (
         f"{kept_none}: see the sft_samples table; lower sft.min_score ({sft.min_score:g}) or the thinking check "
         f"({_thinking_check(sft)}), or use a stronger generator"

@@ -519,3 +519,42 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
     assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): 6 candidate(s) held the API key")
     assert "echoes credentials" in message and "min_score" not in message and "stronger generator" not in message
     assert KEY not in message
+
+
+def test_when_no_candidate_parsed_the_stage_names_the_thinking_format_not_a_threshold(prepared):
+    """A generator that never writes a thinking block: every query `no_parsed_candidate`, and the stage advised
+    lowering sft.min_score, which no answer that did not parse ever reaches."""
+    from pipeline.errors import UserFixableError
+    from stages import sft
+
+    root = workspace_copy(prepared, "unparsed")
+
+    def plain(request: dict) -> str:
+        if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
+            return "file.txt\n"  # the observation alone: no thinking block
+        return scripted_answer(request)
+
+    with OpenAIServer(answer=plain) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
+        config = load_config(
+            None,
+            [
+                {
+                    "workspace": {"path": str(root / "workspace")},
+                    "model": {"base": str(root / "base-model")},
+                    "answers": {"thinking": True},
+                    "sft": {
+                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
+                        "judge": {"kind": "llm", "endpoint": endpoint},
+                        "base_model": str(root / "base-model"),
+                        "max_queries": 3,
+                        "max_length": 1024,
+                    },
+                }
+            ],
+        )
+        with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
+            sft.prepare(config, store)
+    message = str(refused.value)
+    assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): no candidate parsed in the thinking")
+    assert "rationale: true" in message and "answers.thinking: false" in message and "min_score" not in message
