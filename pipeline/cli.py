@@ -841,6 +841,8 @@ def server_start(
     except ServerError as exc:
         console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    finally:  # stale pid files it removed, also where it then refused to start (a UserFixableError: status 2)
+        _print_server_notes(server)
     console.print(
         f"Prefect UI at http://127.0.0.1:{port}; runs: `prefect deployment run world-model-pipeline/world-model-pipeline`",
         soft_wrap=True,
@@ -857,7 +859,9 @@ def server_stop() -> None:
     """Stop the worker and the server this workspace started."""
     from pipeline.orchestration.prefect_server import LocalServer
 
-    stopped = LocalServer.of_workspace(_config().workspace.prefect_home).stop()
+    server = LocalServer.of_workspace(_config().workspace.prefect_home)
+    stopped = server.stop()
+    _print_server_notes(server)
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 
@@ -866,7 +870,16 @@ def server_status() -> None:
     """Whether this workspace's server and worker are running, and where."""
     from pipeline.orchestration.prefect_server import LocalServer
 
-    print(json.dumps(LocalServer.of_workspace(_config().workspace.prefect_home).status(), indent=2))
+    server = LocalServer.of_workspace(_config().workspace.prefect_home)
+    status = server.status()
+    _print_server_notes(server)  # on stderr: stdout stays the JSON
+    print(json.dumps(status, indent=2))
+
+
+def _print_server_notes(server) -> None:
+    """What `server start|stop|status` found and set right on the way (a stale pid file removed), a line each."""
+    for note in server.notes:
+        console.print(Text.assemble(("server: ", "yellow"), note), soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.orchestration.prefect_server import prefect_executable
+from pipeline.orchestration.prefect_server import LocalServer, prefect_executable
 from pipeline.store.database import Store
 from pipeline.store.stage_runs import history
 
@@ -422,7 +422,7 @@ def test_status_is_healthy_only_where_this_workspaces_server_answers(tmp_path):
     try:
         status = CliRunner().invoke(app, ["--set", f"workspace.path={tmp_path / 'ws'}", "server", "status"])
         assert json.loads(status.stdout)["server_pid"] is None and json.loads(status.stdout)["healthy"] is False
-        (home / "simulacra-server.pid").write_text(str(os.getpid()))  # a live pid: this workspace's server, as started
+        LocalServer(home).record("server", os.getpid())  # a live pid: this workspace's server, as `start` records it
         status = CliRunner().invoke(app, ["--set", f"workspace.path={tmp_path / 'ws'}", "server", "status"])
         assert json.loads(status.stdout)["healthy"] is True
     finally:

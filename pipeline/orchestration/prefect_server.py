@@ -7,6 +7,11 @@ deploy --all` of deploy/prefect.yaml bound to the project folder and the workspa
 workers on GPU hosts, deploy/README.md). Every `prefect` process runs in the project folder. The
 server and the worker log to, and keep their pid files in, the workspace's Prefect home. `stop`
 interrupts them: a worker needs two SIGINTs (STACK.md), the first only asks it to finish.
+
+A pid file is trusted only while it names the process this workspace started: beside it, `start` records when
+that process started (`simulacra-ROLE.started`), and a pid whose process started at another time is a later,
+unrelated process the system gave the same pid. `status`, `start` and `stop` treat an unreadable, garbage or
+stale pid file as "not running": they remove it, with a one-line note (`notes`), and signal nothing.
 """
 
 import json
@@ -17,7 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.config.workspace import make_private
@@ -51,19 +56,83 @@ def prefect_executable() -> str:
     return str(beside) if beside.is_file() else "prefect"
 
 
-def _alive(pid: int) -> bool:
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started, in a form that tells it from a later process given the same pid; None where
+    there is no such process, it has exited (a zombie its parent has yet to collect), or its start cannot be read.
+
+    Linux: /proc/PID/stat's field 22 (clock ticks after boot), with the boot's id. Without /proc (macOS, the
+    BSDs): `ps -o lstart=`, to the second. Where neither can be read, None: the pid file is then never trusted,
+    the safe side: a server left running is found by `start` on its port (refused in one line) and stopped by
+    hand, where trusting a bare pid signalled whatever process had it."""
+    if pid <= 0:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # /proc is there: no such process
+    except OSError:
+        return None
+    else:
+        # Field 2, the command's name in parentheses, may hold spaces and parentheses: count after the last ")".
+        # Field 3 is the first after it, so field 22 is the 20th.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if len(fields) < 20 or fields[0] in ("Z", "X"):
+            return None
+        return f"{_boot_id()}:{fields[19]}"
+    try:
+        listed = subprocess.run(
+            ["ps", "-o", "stat=", "-o", "lstart=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state, _, started = listed.stdout.strip().partition(" ")
+    if listed.returncode != 0 or not started.strip() or state.startswith("Z"):
+        return None
+    return f"ps:{started.strip()}"
+
+
+def _prefect_started_before_records(pid: int, role: str) -> str | None:
+    """A server or worker started before `start` recorded start times has a pid file alone: it is trusted where the
+    process with that pid is `prefect server start` / `prefect worker start` (its command line, Linux), so `stop`
+    after an upgrade still stops it rather than forgetting it; anything else with that pid is not."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    names = [Path(word.decode(errors="replace")).name for word in words]
+    if "prefect" in names and role in names[names.index("prefect") :] and "start" in names:
+        return _start_time(pid)
+    return None
+
+
+def _running(pid: int, started: str | None) -> bool:
+    """Whether the process `start` recorded (pid, start time) still runs: a live process with that pid that
+    started at another time is another process, and is not."""
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False  # our own child, exited: reaped now
     except ChildProcessError:
         pass  # not our child (`simulacra server stop` runs in a later process)
+    return started is not None and _start_time(pid) == started
+
+
+def _signal_group(pid: int, sent: signal.Signals) -> None:
     try:
-        os.kill(pid, 0)
+        os.killpg(pid, sent)
     except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        pass  # the group ended meanwhile: what the signal was for
 
 
 def _healthy(api_url: str) -> bool:
@@ -81,13 +150,20 @@ class LocalServer:
     # The project folder every `prefect` process runs in (deployments.project_folder); `stop` and
     # `status` need none.
     project: Path | None = None
+    # One line each, for the command to print: pid files found stale and removed, a url file without a port.
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def of_workspace(cls, home: Path) -> "LocalServer":
         """The server `start` recorded in this Prefect home (its port), or the default one."""
         url_file = home / "simulacra-server.url"
         if url_file.is_file():
-            return cls(home, int(url_file.read_text().rsplit(":", 1)[1].split("/")[0]))
+            try:
+                return cls(home, int(url_file.read_text().rsplit(":", 1)[1].split("/")[0]))
+            except (OSError, ValueError, IndexError):
+                server = cls(home)
+                server.notes.append(f"{url_file} holds no port: taking the default, {server.port}")
+                return server
         return cls(home)
 
     @property
@@ -97,16 +173,70 @@ class LocalServer:
     def pid_file(self, role: str) -> Path:
         return self.home / f"simulacra-{role}.pid"
 
+    def started_file(self, role: str) -> Path:
+        """Beside the pid file: the pid and when its process started, to tell it from a later one with that pid."""
+        return self.home / f"simulacra-{role}.started"
+
     def log_file(self, role: str) -> Path:
         return self.home / f"simulacra-{role}.log"
 
+    def record(self, role: str, pid: int) -> None:
+        """Write the pid file of the process `start` started, and when it started: the start time first, so a
+        reader that finds the pid file finds it too; each replaced whole, so none reads half of one."""
+        for file, text in (
+            (self.started_file(role), json.dumps({"pid": pid, "started": _start_time(pid)})),
+            (self.pid_file(role), str(pid)),
+        ):
+            partial = file.with_name(f".{file.name}.{os.getpid()}")
+            partial.write_text(text)
+            os.replace(partial, file)
+
+    def _forget(self, role: str) -> None:
+        for file in (self.pid_file(role), self.started_file(role)):
+            try:
+                file.unlink(missing_ok=True)
+            except OSError:
+                pass  # a folder that is not writable: the files stay, and are found stale again
+
+    def _recorded(self, role: str, note: bool = True) -> tuple[int, str] | None:
+        """The pid and start time of the server or worker this workspace started, where it still runs. A pid file
+        that names no such process (unreadable, no pid in it, no start time recorded beside it, or a pid now
+        another process's or no one's) is removed, with a note where `note`."""
+        file = self.pid_file(role)
+        try:
+            text = file.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._stale(role, f"unreadable: {exc.strerror}", note)
+        try:
+            pid = int(text)
+        except ValueError:
+            pid = 0
+        if pid <= 0:  # 0 and -1 would have signalled this command's own process group, or every process
+            return self._stale(role, f"no pid in it: {text.strip()[:40]!r}", note)
+        try:
+            recorded = json.loads(self.started_file(role).read_text())
+            started = recorded["started"] if recorded["pid"] == pid else None
+        except (OSError, ValueError, TypeError, KeyError):
+            started = None
+        if not isinstance(started, str):
+            started = _prefect_started_before_records(pid, role)
+        if not isinstance(started, str):
+            return self._stale(role, f"no start time recorded to tell pid {pid} from another process", note)
+        if not _running(pid, started):
+            return self._stale(role, f"pid {pid} is no longer the {role} this workspace started", note)
+        return pid, started
+
+    def _stale(self, role: str, why: str, note: bool) -> None:
+        self._forget(role)
+        if note:
+            self.notes.append(f"removed {self.pid_file(role)} ({why}): the {role} is not running")
+
     def pid(self, role: str) -> int | None:
         """The pid of a running server or worker this workspace started, if any."""
-        file = self.pid_file(role)
-        if not file.is_file():
-            return None
-        pid = int(file.read_text())
-        return pid if _alive(pid) else None
+        recorded = self._recorded(role)
+        return None if recorded is None else recorded[0]
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, **prefect_environment(self.home), "PREFECT_API_URL": self.api_url}
@@ -122,7 +252,7 @@ class LocalServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: `stop` signals it and its children
             )
-        self.pid_file(role).write_text(str(process.pid))
+        self.record(role, process.pid)
         return process
 
     def _prefect(self, *commands: list[str]) -> None:
@@ -191,7 +321,7 @@ class LocalServer:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not _healthy(self.api_url):
             if server.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                self._stop(note=False)
                 raise ServerError(
                     f"the Prefect server did not come up on port {self.port}; see {self.log_file('server')}"
                 )
@@ -202,8 +332,12 @@ class LocalServer:
         `workspace` and `config_path` (absolute) are what the deployments hand their flow runs."""
         if self.project is None:
             raise ServerError("no project folder to deploy from")
-        if self.pid("server") is not None:
-            raise ServerError(f"a server from this workspace is already running (pid {self.pid('server')})")
+        running = [f"{role} pid {pid}" for role in ("server", "worker") if (pid := self.pid(role)) is not None]
+        if running:  # a worker alone too: a second one would leave it running with no pid file to stop it by
+            raise UserFixableError(
+                f"this workspace's server is already running ({', '.join(running)}): `simulacra server status` "
+                "shows it, `simulacra server stop` with the same --config stops it"
+            )
         self._require_free_port()
         check_prefect_database(self.home)
         make_private(self.home.parent)
@@ -218,35 +352,40 @@ class LocalServer:
             self._prefect(["--no-prompt", "deploy", "--all", "--prefect-file", str(deployments)])
             self._spawn("worker", ["worker", "start", "--pool", PROCESS_POOL])
         except BaseException:
-            self.stop()
+            self._stop(note=False)
             raise
 
-    def _interrupt(self, role: str, signals: tuple[signal.Signals, ...]) -> bool:
+    def _interrupt(self, role: str, signals: tuple[signal.Signals, ...], note: bool) -> bool:
         """Send the signals to the process group, a second apart; SIGKILL if it outlives the timeout.
-        True when something was running."""
-        pid = self.pid(role)
-        self.pid_file(role).unlink(missing_ok=True)
-        if pid is None:
+        True when something was running: the process this workspace started, never one that has its pid now."""
+        recorded = self._recorded(role, note)
+        self._forget(role)
+        if recorded is None:
             return False
+        pid, started = recorded
         for number, sent in enumerate(signals):
             if number:
                 time.sleep(1.0)
-            if not _alive(pid):
+            if not _running(pid, started):
                 break
-            os.killpg(pid, sent)
+            _signal_group(pid, sent)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _alive(pid) and time.monotonic() < deadline:
+        while _running(pid, started) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        if _running(pid, started):
+            _signal_group(pid, signal.SIGKILL)
         return True
 
     def stop(self) -> list[str]:
         """Stop the worker, then the server; returns which were running."""
+        return self._stop(note=True)
+
+    def _stop(self, note: bool) -> list[str]:
+        # `start` cleaning up after itself passes note=False: its own server that exited is no news.
         stopped = []
-        if self._interrupt("worker", (signal.SIGINT, signal.SIGINT)):
+        if self._interrupt("worker", (signal.SIGINT, signal.SIGINT), note):
             stopped.append("worker")
-        if self._interrupt("server", (signal.SIGINT,)):
+        if self._interrupt("server", (signal.SIGINT,), note):
             stopped.append("server")
         return stopped
 
