@@ -12,7 +12,7 @@ from pipeline.config.llm import EndpointConfig
 from pipeline.llm.chat import Completion
 from pipeline.llm.client import ChatRequest, open_client
 from pipeline.llm.openai_backend import completion_of, retry_after_s
-from pipeline.llm.retry import EndpointError, RetryPolicy
+from pipeline.llm.retry import RETRY_AFTER_CAP_S, EndpointError, RetryPolicy
 from pipeline.store.database import Store
 
 QUESTION = ChatRequest(({"role": "user", "content": "rate this"},))
@@ -132,12 +132,49 @@ def test_a_retry_after_sets_the_wait_plus_at_most_a_tenth():
         ({"retry-after": "3"}, 3.0),
         ({"retry-after": "0.5"}, 0.5),
         ({"retry-after-ms": "250", "retry-after": "3"}, 0.25),  # OpenAI's finer header wins
-        ({"retry-after": "-4"}, 0.0),
+        ({"retry-after": "-4"}, None),  # no wait: the backoff decides
         ({"retry-after": "soon"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "1e400"}, None),  # inf once parsed
+        ({"retry-after-ms": "inf"}, None),
+        ({"retry-after-ms": "-1", "retry-after": "3"}, 3.0),  # a broken finer header leaves the other
+        ({"retry-after": "100000"}, 100000.0),  # parsed as sent: the policy caps it
     ],
 )
 def test_retry_after_headers(headers, expected):
     assert retry_after_s(headers) == expected
+
+
+def test_a_retry_after_date_in_the_past_means_now():
+    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+
+
+def test_a_retry_after_date_years_ahead_is_parsed_and_the_wait_capped():
+    far = retry_after_s({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"})
+    assert far is not None and far > 1e9
+    policy = RetryPolicy(max_retries=3, backoff_initial_s=1.0, backoff_max_s=2.0)
+    assert policy.cuts(far) and RETRY_AFTER_CAP_S <= policy.wait_s(0, far, random.Random(0)) <= 1.1 * RETRY_AFTER_CAP_S
+
+
+@pytest.mark.parametrize("asked", [1e5, 1e12])
+def test_a_retry_after_past_the_cap_waits_the_cap_plus_at_most_a_tenth(asked):
+    policy = RetryPolicy(max_retries=3, backoff_initial_s=1.0, backoff_max_s=2.0)
+    waits = [policy.wait_s(0, asked, random.Random(seed)) for seed in range(50)]
+    assert all(RETRY_AFTER_CAP_S <= w <= 1.1 * RETRY_AFTER_CAP_S for w in waits)
+
+
+def test_a_backoff_max_s_past_the_cap_raises_it():
+    policy = RetryPolicy(max_retries=3, backoff_initial_s=1.0, backoff_max_s=600.0)
+    assert policy.retry_after_cap_s == 600.0 and not policy.cuts(300.0) and policy.cuts(601.0)
+    assert 300.0 <= policy.wait_s(0, 300.0, random.Random(0)) <= 330.0
+
+
+@pytest.mark.parametrize("asked", [float("inf"), float("nan"), -1.0])
+def test_a_retry_after_that_is_no_wait_leaves_the_backoff(asked):
+    policy = RetryPolicy(max_retries=3, backoff_initial_s=1.0, backoff_max_s=2.0)
+    waits = [policy.wait_s(0, asked, random.Random(seed)) for seed in range(50)]
+    assert all(0 <= w <= 1.0 for w in waits) and not policy.cuts(asked)
 
 
 def test_retry_after_as_an_http_date():

@@ -6,8 +6,8 @@
 3. the rest go to the backend in batches (1 per HTTP request for `openai`, `batch_size` prompts of
    similar length per `generate` for `transformers`), at most `max_in_flight` at once;
 4. a failed attempt is retried by the policy of pipeline/llm/retry.py (backoff with jitter,
-   Retry-After honoured), holding its slot while it waits so a rate-limited server is not met by the
-   next request instead;
+   Retry-After honoured up to a cap), holding its slot while it waits so a rate-limited server is
+   not met by the next request instead;
 5. each settled request (answer, or error after the last retry) is committed to the store before
    its slot is given back (group commit: answers arriving during one commit share the next), so at
    most `max_in_flight` batches are answered but uncommitted at any moment. A killed run loses
@@ -148,14 +148,22 @@ class ChatClient:
             if again:
                 error = again[0][1]
                 wait = self.policy.wait_s(retry, error.retry_after_s, self._rng)
+                # A wait shorter than the server asked is the client's choice: said in the retry's line,
+                # so the refusal that may follow does not read as the client ignoring the server.
+                cut = (
+                    f" (the server asked for {error.retry_after_s:g} s, cut to the {self.policy.retry_after_cap_s:g} s cap)"
+                    if self.policy.cuts(error.retry_after_s)
+                    else ""
+                )
                 log.info(
-                    "%s: %d request(s) failed with %s; retry %d of %d in %.2f s",
+                    "%s: %d request(s) failed with %s; retry %d of %d in %.2f s%s",
                     self.role,
                     len(again),
                     error.kind,
                     retry + 1,
                     self.policy.max_retries,
                     wait,
+                    cut,
                 )
                 self.tally.retries += len(again)
                 await asyncio.sleep(wait)

@@ -10,8 +10,10 @@ may not meet. Other 4xx (bad request, wrong key, unknown model) fail at once: re
 cannot succeed.
 """
 
+import asyncio
 import email.utils
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,23 +33,32 @@ Send = Callable[[list[ChatRequest]], Awaitable[list[Completion]]]
 
 def retry_after_s(headers: Any) -> float | None:
     """The server's requested wait: `retry-after-ms` (OpenAI), else `Retry-After` in seconds or as
-    an HTTP date (RFC 9110 10.2.3)."""
-    if (millis := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
+    an HTTP date (RFC 9110 10.2.3). A value that is no wait (`inf`, `nan`, negative seconds, text)
+    is no advice: the policy's backoff decides; a date already past means now. How long a wait the
+    client honours is the policy's (pipeline/llm/retry.py caps it)."""
+    if (millis := _delay_s(headers.get("retry-after-ms"))) is not None:
+        return millis / 1000
     value = headers.get("retry-after")
     if value is None:
         return None
+    if (seconds := _delay_s(value)) is not None:
+        return seconds
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):  # neither seconds nor a date: no advice
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, OverflowError):  # neither seconds nor a date: no advice
         return None
+    return max(0.0, when - time.time())
+
+
+def _delay_s(value: str | None) -> float | None:
+    """A header's number if it is a finite, non-negative one, else None."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 class OpenAIBackend:
@@ -115,13 +126,19 @@ class OpenAIBackend:
         through `chat.completions.create`: the typed path transforms every parameter recursively
         and builds pydantic models of the response, about 1 ms of CPU per request (measured with
         bench/sampling.py's server), which at 32 in flight on two busy cores is a third of what
-        the client can spend. Authentication, timeouts and the status errors stay the SDK's."""
+        the client can spend. Authentication, the status errors and the per-read timeout stay the
+        SDK's; the whole attempt's deadline is this method's."""
         import openai
 
         try:
-            content = await client.post("/chat/completions", cast_to=bytes, body=self._arguments(request))
+            # httpx's timeout (the SDK's) bounds each connect, write and read, not the request: a
+            # server that sends its body a byte every half second meets every read in time, and
+            # took 110 s under a 2 s timeout. This deadline bounds the whole attempt, connection to
+            # last byte, as `timeout_s` promises; past it the attempt is a timeout, retried as a hung one.
+            async with asyncio.timeout(self.endpoint.timeout_s):
+                content = await client.post("/chat/completions", cast_to=bytes, body=self._arguments(request))
             body = json.loads(content)
-        except openai.APITimeoutError:
+        except (openai.APITimeoutError, TimeoutError):
             raise EndpointError("timeout", f"no answer within {self.endpoint.timeout_s:g} s", retryable=True) from None
         except openai.APIConnectionError as exc:
             cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection lost"
@@ -174,5 +191,23 @@ def completion_of(body: Any) -> Completion:
         content = render_thinking_output(reasoning, content)
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     return Completion(
-        text=content, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens")
+        text=content,
+        prompt_tokens=_token_count(usage.get("prompt_tokens")),
+        completion_tokens=_token_count(usage.get("completion_tokens")),
     )
+
+
+# The cache's token columns are INTEGER (32-bit, pipeline/store/migrations.py): a count past it could
+# not be stored, and no answer runs to two billion tokens.
+_MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def _token_count(value: Any) -> int | None:
+    """A reported token count if it is one (an int, not a bool, 0 to `_MAX_TOKEN_COUNT`), else None,
+    as if the server reported no usage. The body is untrusted: `"many"` or 10**30 in the cache's
+    INTEGER column failed the whole group commit, and every rerun the same way; -5, 1.5 or `true`
+    are no counts either. The answer itself is usable and the counts only informative (the tally,
+    the progress line), so only the count is dropped."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKEN_COUNT:
+        return value
+    return None
