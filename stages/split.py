@@ -76,9 +76,11 @@ def pool_position(salt: str, group_key: str) -> float:
 
 
 def group_key_sql(fields: Sequence[str]) -> str:
-    """`<field>:<value>` of the first field that is set and not blank (outer whitespace stripped; a
-    metadata value that is not a string is its JSON text), else `trajectory_id:<id>`; over the
-    columns of `trajectories`. Fields are validated by SplitConfig: `task` or `metadata.<path>`."""
+    """`<field>:<value>` of the first field that is set and not blank (outer whitespace stripped, and spaces
+    at a line's end: SWE-agent's configurations wrap one issue in instructions that differ by a trailing
+    space inside the text, and put runs of one instance in two groups, on both sides of the eval line; a
+    metadata value that is not a string is its JSON text), else `trajectory_id:<id>`; over the columns
+    of `trajectories`. Fields are validated by SplitConfig: `task` or `metadata.<path>`."""
     keys = []
     for name in fields:
         if name == "task":
@@ -86,7 +88,8 @@ def group_key_sql(fields: Sequence[str]) -> str:
         else:
             path = "$" + "".join(f'."{key}"' for key in name.split(".")[1:])
             value = f"json_extract_string(metadata, {_quote(path)})"
-        keys.append(f"{_quote(name + ':')} || nullif(regexp_replace({value}, '^\\s+|\\s+$', '', 'g'), '')")
+        lines_ended = f"regexp_replace({value}, '[ \\t\\r]+\\n', chr(10), 'g')"
+        keys.append(f"{_quote(name + ':')} || nullif(regexp_replace({lines_ended}, '^\\s+|\\s+$', '', 'g'), '')")
     return f"coalesce({', '.join(keys)}, 'trajectory_id:' || trajectory_id)"
 
 

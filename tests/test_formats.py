@@ -301,6 +301,23 @@ def test_every_swe_agent_demonstration_parses():
 
 
 @needs_public
+def test_a_replayed_swe_agent_run_records_the_instance_it_solved():
+    """Eight configurations' runs of one SWE-bench instance sat in four split groups (their task texts, the issue in
+    each configuration's instructions, differ), some in cpt and some in sft, one in eval at another salt with 4 of its
+    5 targets verbatim in training. Where the file records the instance (`replay_config.problem_statement.id`), the
+    run carries it as `metadata.instance_id`, the split's group before the task text."""
+    folder = PUBLIC / "swe_agent" / "demonstrations"
+    instances = {}
+    for path in folder.glob("replay__marshmallow-code__marshmallow-1867__*/*.traj"):
+        (trajectory,) = read(path).trajectories
+        recorded = "replay_config" in json.loads(path.read_text())
+        instances[path.parent.name] = (recorded, trajectory.metadata.get("instance_id"))
+    assert len(instances) == 8
+    assert {instance for recorded, instance in instances.values() if recorded} == {"marshmallow-code__marshmallow-1867"}
+    assert {instance for recorded, instance in instances.values() if not recorded} == {None}
+
+
+@needs_public
 def test_conversation_without_environment_actions_is_quarantined():
     path = PUBLIC / "openhands" / "basic_interactions.json"
     result = read(path)

@@ -121,6 +121,13 @@ GROUP_KEYS = [
     ),
     ("Fix the crash", {"task_id": None, "instance_id": ""}, DEFAULT_GROUPS, "task:Fix the crash"),  # null, empty: unset
     ("  put a clean mug in shelf.\n", None, DEFAULT_GROUPS, "task:put a clean mug in shelf."),  # outer space stripped
+    # Spaces at a line's end (SWE-agent's configurations differ so inside one issue's instructions), CRLF too.
+    (
+        "Fix bug 42.\nRun the tests. \r\nThen submit.\t\n",
+        None,
+        DEFAULT_GROUPS,
+        "task:Fix bug 42.\nRun the tests.\nThen submit.",
+    ),
     (" \t\n", {"task_id": "  "}, DEFAULT_GROUPS, "trajectory_id:ID"),  # all blank: its own group
     (None, None, DEFAULT_GROUPS, "trajectory_id:ID"),
     (

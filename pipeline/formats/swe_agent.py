@@ -76,6 +76,8 @@ class Adapter(FormatAdapter):
         require_object(info, "info")
         metadata: dict[str, Any] = {key: info[key] for key in ("exit_status", "submission") if key in info}
         metadata["unanswered_actions"] = unanswered
+        if (instance := _instance_id(record)) is not None:
+            metadata["instance_id"] = instance
         return Trajectory(
             source="",
             domain=domain or self.default_domain,
@@ -88,6 +90,21 @@ class Adapter(FormatAdapter):
             metadata=metadata,
             format=self.name,
         )
+
+
+def _instance_id(record: dict[str, Any]) -> str | None:
+    """The SWE-bench instance a replayed run solved, where the file records it (`replay_config.problem_statement.id`,
+    a mapping or its JSON text): the split groups runs by it (`metadata.instance_id`), where their task texts, the
+    issue wrapped in each configuration's instructions, differ from one configuration to the next."""
+    replay = record.get("replay_config")
+    if isinstance(replay, str):
+        try:
+            replay = json.loads(replay)
+        except ValueError:
+            return None
+    statement = replay.get("problem_statement") if isinstance(replay, dict) else None
+    instance = statement.get("id") if isinstance(statement, dict) else None
+    return (instance.strip() or None) if isinstance(instance, str) else None
 
 
 def _called_functions(history: list[dict[str, Any]]) -> dict[str, str]:
