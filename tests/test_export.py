@@ -185,6 +185,10 @@ def test_model_card_reports_sources_pools_stages(exported):
     assert "fingerprint `f-ingest`" in card
     assert "min_turns: 2" in card  # the filter section's settings
     assert "No evaluation yet (`simulacra evaluate`)." in card
+    # The example request names the model as the export does: `vllm serve` must serve it under that name, where
+    # it served the folder's path and refused the card's request.
+    name = json.loads((result.output_path / "simulacra.json").read_text())["model_name"]
+    assert f"--served-model-name {name}`" in card and f'"model": "{name}"' in card
 
 
 def test_copy_to_destination_is_whole(exported, tmp_path):

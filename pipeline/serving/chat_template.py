@@ -13,8 +13,9 @@ as its parts (issue 19, deliver 2): system messages named for them (`{"role": "s
 "domain", "content": "terminal"}`, then `task_description`, `action_space`, `initial_state`,
 `demonstrations`, `simulation_instructions`) and the tools in the request's `tools`; the template then
 renders the model's own prompt format from them, the same text as the training stages' renderer
-(tests/test_export.py checks it on every demo trajectory), so a client of any server that applies
-this template (vLLM, `transformers serve`) gets exactly the training format.
+(tests/test_export.py checks it on every demo trajectory), so a client of a server that applies this
+template with the messages' `name` (vLLM, `simulacra serve`) gets exactly the training format. `transformers
+serve` (5.24) drops `name`: there the system prompt goes rendered (docs/stages/export.md).
 
 The answer format follows Qwen3's switch (issue 28): the variable `enable_thinking` (a server passes
 it from the request's `chat_template_kwargs`, `apply_chat_template(..., enable_thinking=False)` from

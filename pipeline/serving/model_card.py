@@ -299,12 +299,15 @@ def render_card(facts: CardFacts) -> str:
         "stops at `<|im_end|>`, where observations end.",
         _answer_formats(facts),
         "- Serve it with `simulacra serve DIR` (CPU, or vLLM on GPUs with `--engine vllm`) or "
-        f"`vllm serve DIR --max-model-len {facts.context_length}`; drive it with "
+        f"`vllm serve DIR --max-model-len {facts.context_length} --served-model-name {facts.model_name}` (the "
+        "name the example request gives); drive it with "
         "`pipeline.serving.environment.WorldModelEnvironment` or the gymnasium / TRL environments of "
         "`pipeline.serving`, or serve it to OpenEnv clients with `simulacra openenv --world-model URL --domain D` "
         "(the `openenv` extra).\n",
         "### Example request\n",
-        "A complete `POST /v1/chat/completions` body for any server that applies the exported chat template: the "
+        "A complete `POST /v1/chat/completions` body for a server that applies the exported chat template with the "
+        "messages' `name` (`simulacra serve`, vLLM; `transformers serve` drops it: send it the system prompt "
+        "rendered): the "
         "system prompt's parts as system messages named for them (`domain`, `task_description`, `action_space`, "
         "`initial_state`, `demonstrations`, `simulation_instructions`; tools in the request's `tools`), which the "
         "template renders in the prompt format the model was trained on; each user message an action, each "
