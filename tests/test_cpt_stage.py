@@ -509,6 +509,11 @@ def test_a_finished_run_whose_model_was_deleted_names_the_folder_to_remove_and_s
     with Store(config.workspace.database_path) as store:
         fill_store(store, n_trajectories=12)
         first = cpt.run(config, store)
+    # The run records the sections it read in full, beside their hashes: the model card quotes them (stages/export).
+    recorded = json.loads((first.output_path.parent / "fingerprint.json").read_text())
+    assert recorded["settings"]["cpt"]["max_steps"] == 2 and set(recorded["settings"]) == set(
+        recorded["inputs"]["config"]
+    )
     shutil.rmtree(first.output_path)
     run_dir = first.output_path.parent
     with Store(config.workspace.database_path) as store:

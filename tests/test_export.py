@@ -183,12 +183,39 @@ def test_model_card_reports_sources_pools_stages(exported):
     for stage in ("ingest", "filter", "score", "split"):
         assert f"### {stage}\n" in card
     assert "fingerprint `f-ingest`" in card
-    assert "min_turns: 2" in card  # the filter section's settings
+    # A fingerprint the config does not give (this one is made up) quotes no settings: the config's may not be the run's.
+    ingest_section = card.split("### ingest\n")[1].split("### ")[0]
+    assert "settings: not recorded with the run, and the config's have changed since" in ingest_section
+    assert "min_turns: 2" in card  # the filter section's settings: the config gives the run's fingerprint
     assert "No evaluation yet (`simulacra evaluate`)." in card
     # The example request names the model as the export does: `vllm serve` must serve it under that name, where
     # it served the folder's path and refused the card's request.
     name = json.loads((result.output_path / "simulacra.json").read_text())["model_name"]
     assert f"--served-model-name {name}`" in card and f'"model": "{name}"' in card
+
+
+def test_the_card_quotes_the_settings_a_training_run_recorded_not_the_configs_at_export(tmp_path):
+    """`export` with `--set cpt.learning_rate=0.5 --set cpt.max_steps=999` wrote those into the card's cpt section,
+    for a run of 2 steps at 1e-4: the card took the sections from the config the export ran under."""
+    from pipeline.serving.model_card import collect_stages
+    from pipeline.stage import StageResult
+
+    workspace = {"path": str(tmp_path / "workspace")}
+    trained = load_config(None, [{"workspace": workspace, "cpt": {"max_steps": 2, "learning_rate": 1e-4}}])
+    later = load_config(None, [{"workspace": workspace, "cpt": {"max_steps": 999, "learning_rate": 0.5}}])
+    run_dir = tmp_path / "workspace" / "runs" / "cpt" / "fp-cpt"
+    (run_dir / "model").mkdir(parents=True)
+    settings = {"cpt": trained.cpt.model_dump(mode="json"), "model": trained.model.model_dump(mode="json")}
+    (run_dir / "fingerprint.json").write_text(json.dumps({"fingerprint": "fp-cpt", "inputs": {}, "settings": settings}))
+    done = StageResult("cpt", metrics={}, output_path=run_dir / "model", summary="2 steps")
+    with Store(later.workspace.database_path) as store:
+        stage_runs.execute(store, "cpt", "fp-cpt", lambda: done)
+        [cpt] = collect_stages(later, store)
+        assert (cpt["settings"]["max_steps"], cpt["settings"]["learning_rate"]) == (2, 1e-4)
+        # A run from before settings were recorded, whose fingerprint the config no longer gives: none quoted.
+        (run_dir / "fingerprint.json").write_text(json.dumps({"fingerprint": "fp-cpt", "inputs": {}}))
+        [cpt] = collect_stages(later, store)
+        assert cpt["settings"] is None
 
 
 def test_copy_to_destination_is_whole(exported, tmp_path):

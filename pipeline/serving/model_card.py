@@ -14,7 +14,7 @@ function of them, so a test reads the card against the store it came from.
 
 import json
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import yaml
@@ -62,23 +62,61 @@ def collect_sources(store) -> list[dict[str, Any]]:
 
 
 def collect_stages(config, store) -> list[dict[str, Any]]:
-    """The latest completed run of each lineage stage, with the config section it ran under."""
+    """The latest completed run of each lineage stage, with the config section it ran under: as the run recorded
+    it (a training run's `fingerprint.json`), else the config's where the config would reuse that very run (its
+    fingerprint is the run's), else none, said so. The config's alone quoted `cpt.learning_rate: 0.5` and
+    `max_steps: 999` for a run of 2 steps at 1e-4, an export run with other settings than the training."""
     stages = []
     for stage in LINEAGE_STAGES:
         rows = store.rows(
-            "SELECT fingerprint, finished_at, summary FROM stage_runs WHERE stage = ? AND status = 'completed' "
-            "ORDER BY finished_at DESC LIMIT 1",
+            "SELECT fingerprint, finished_at, summary, output_path FROM stage_runs WHERE stage = ? "
+            "AND status = 'completed' ORDER BY finished_at DESC LIMIT 1",
             [stage],
         )
         if not rows:
             continue
-        section = getattr(config, stage, None)
-        settings = section.model_dump(mode="json") if section is not None else {}
-        if stage == "cpt":
-            settings["model"] = config.model.model_dump(mode="json")  # the base model the training stages start from
-        settings = portable(settings, str(config.workspace.root))
-        stages.append({"stage": stage, **rows[0], "settings": settings})
+        run = rows[0]
+        settings = _recorded_settings(stage, run["output_path"], run["fingerprint"])
+        if settings is None and _current_fingerprint(config, store, stage) == run["fingerprint"]:
+            settings = {
+                stage: getattr(config, stage).model_dump(mode="json"),
+                "model": config.model.model_dump(mode="json"),
+            }
+        if settings is None:
+            shown: dict[str, Any] | None = None
+        else:
+            shown = dict(settings[stage])
+            if stage == "cpt":  # the base model the training stages start from
+                shown["model"] = settings.get("model", config.model.model_dump(mode="json"))
+            shown = portable(shown, str(config.workspace.root))
+        stages.append(
+            {"stage": stage, **{k: run[k] for k in ("fingerprint", "finished_at", "summary")}, "settings": shown}
+        )
     return stages
+
+
+def _current_fingerprint(config, store, stage: str) -> str | None:
+    """The stage's fingerprint under the config as it is, or None where it cannot be measured now (a source moved
+    since it was ingested): the card then quotes no settings it cannot vouch for, and the export goes on."""
+    from pipeline.orchestration.fingerprint import stage_fingerprint
+
+    try:
+        return stage_fingerprint(config, store, stage)
+    except Exception:  # noqa: BLE001 - any probe's failure means only "not verifiable"; the export is not its to fail
+        return None
+
+
+def _recorded_settings(stage: str, output_path: str | None, fingerprint: str) -> dict[str, Any] | None:
+    """The sections a training run recorded beside its model (pipeline/training/runs.py), if it did."""
+    if not output_path:
+        return None
+    recorded = Path(output_path).parent / "fingerprint.json"
+    try:
+        written = json.loads(recorded.read_text())
+    except (OSError, ValueError):
+        return None
+    settings = written.get("settings") if written.get("fingerprint") == fingerprint else None
+    return settings if isinstance(settings, dict) and isinstance(settings.get(stage), dict) else None
 
 
 def collect_fidelity(store, checkpoint_id: str) -> dict[str, Any] | None:
@@ -326,7 +364,13 @@ def render_card(facts: CardFacts) -> str:
         parts.append(f"- fingerprint `{stage['fingerprint']}`, finished {stage['finished_at']}")
         if stage.get("summary"):
             parts.append(f"- {stage['summary']}")
-        parts.append("\n```yaml\n" + yaml.safe_dump(stage["settings"], sort_keys=True).rstrip() + "\n```\n")
+        if stage["settings"] is None:
+            parts.append(
+                "- settings: not recorded with the run, and the config's have changed since (its fingerprint names "
+                "them); rerun the stage to record them\n"
+            )
+        else:
+            parts.append("\n```yaml\n" + yaml.safe_dump(stage["settings"], sort_keys=True).rstrip() + "\n```\n")
     parts.append("## Evaluation\n")
     parts.append(markdown_table(facts.evaluation) + "\n")
     if facts.fidelity is not None:

@@ -76,8 +76,13 @@ def claim_run_folder(config, store, stage: str, configured: str | Path | None) -
     output_dir.mkdir(parents=True, exist_ok=True)
     _hold_run_folder(output_dir)
     inputs = fingerprint_inputs(config, store, stage)
+    # The sections the run reads, in full (the fingerprint holds their hashes only): the model card quotes the
+    # settings a run trained with, whatever the config says when `export` runs.
+    settings = {name: getattr(config, name).model_dump(mode="json") for name in inputs["config"]}
     write_text_atomic(
-        recorded, json.dumps({"fingerprint": fingerprint, "inputs": inputs}, indent=2, sort_keys=True) + "\n"
+        recorded,
+        json.dumps({"fingerprint": fingerprint, "inputs": inputs, "settings": settings}, indent=2, sort_keys=True)
+        + "\n",
     )
     return output_dir, fingerprint
 
