@@ -660,6 +660,17 @@ def test_the_chat_template_renders_the_system_prompt_from_its_parts(exported, tm
             assert rendered == f"<|im_start|>system\n{expected}<|im_end|>\n"
             checked += 1
     assert checked > 100
+    # A domain no stage trained on, or none: refused as `simulacra serve` refuses it, where the template rendered
+    # "the kitchen domain" (or "the  domain") without a word.
+    from jinja2.exceptions import TemplateError
+
+    parts = part_messages("terminal", SystemPrompt("Count the lines."))
+    for domain in ("kitchen", None):
+        asked = [m for m in parts if m["name"] != "domain"]
+        if domain is not None:
+            asked = [{"role": "system", "name": "domain", "content": domain}, *asked]
+        with pytest.raises(TemplateError, match="the `domain` part is .*, not one of terminal, swe, mcp"):
+            tokenizer.apply_chat_template(asked, tokenize=False)
 
 
 def test_the_cards_example_renders_the_training_tokens(exported):

@@ -132,6 +132,24 @@ def test_system_prompt_parts_as_named_messages_are_the_rendered_prompt(client):
     assert by_parts.usage.prompt_tokens == by_rendered.usage.prompt_tokens
     assert by_parts.choices[0].message.content == by_rendered.choices[0].message.content
 
+    # A system message sent before the parts follows the rendered prompt, as the exported chat template lays it out
+    # (vLLM's prompt): the server put the rendered prompt where the first part was, after it.
+    note = {"role": "system", "content": "Extra note."}
+    first = client.chat.completions.create(
+        model="world-model-test", messages=[note, *parts], tools=tools, max_tokens=8, temperature=0, logprobs=True
+    )
+    template_order = client.chat.completions.create(
+        model="world-model-test",
+        messages=[rendered[0], note, *rendered[1:]],
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+    )
+    assert first.usage.prompt_tokens == template_order.usage.prompt_tokens
+    assert [t.logprob for t in first.choices[0].logprobs.content] == [
+        t.logprob for t in template_order.choices[0].logprobs.content
+    ]
+
 
 def test_control_instructions_reach_the_prompt(client):
     plain = dict(domain="terminal", system={"task_description": "t"}, action="ls")

@@ -127,7 +127,11 @@ def _system_from_parts(fmt: PromptFormat) -> str:
         "{%- endif -%}{%- endfor -%}"
         "{%- if ns.found -%}"
         "{%- set names = " + _literal(DOMAIN_NAMES) + " -%}"
-        "{%- set description = names[ns.domain] if ns.domain in names else names['other'] -%}"
+        # As `simulacra serve` answers 400: a misspelt or missing domain rendered "the kitchen domain" or "the
+        # domain", a prompt no stage trained on, without a word.
+        "{%- if ns.domain not in names -%}{{ raise_exception('the `domain` part is ' ~ (ns.domain | tojson) ~ ', "
+        "not one of " + ", ".join(DOMAIN_NAMES) + "') }}{%- endif -%}"
+        "{%- set description = names[ns.domain] -%}"
         "{%- set task = [" + _literal(layout.intro) + " | replace('{domain}', ns.domain) | replace('{description}', "
         "description), "
         + _literal(layout.instruction)

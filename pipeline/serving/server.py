@@ -103,7 +103,6 @@ def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dic
     if request.messages is not None:
         messages: list[dict[str, str]] = []
         parts: dict[str, str] = {}
-        first_part: int | None = None
         for index, message in enumerate(request.messages):
             try:
                 text = message.text()
@@ -113,11 +112,12 @@ def _messages(model, request: ChatCompletionRequest, thinking: bool) -> list[dic
                 ) from None
             if _is_part(message):
                 parts[message.name] = text  # type: ignore[index]  # a part message is named (_is_part)
-                first_part = len(messages) if first_part is None else first_part
                 continue
             messages.append({"role": message.world_model_role(), "content": text})
         if parts:
-            messages.insert(first_part, _system_from_parts(model, request, parts, thinking))  # type: ignore[arg-type]  # set with the first part
+            # First, wherever the parts came: the chat template renders the system prompt first, and a system
+            # or user message sent before the parts then follows it (vLLM's prompt and this one must agree).
+            messages.insert(0, _system_from_parts(model, request, parts, thinking))
         return messages
     system = request.system.prompt() if request.system is not None else SystemPrompt()
     turns = [(turn.action, turn.observation) for turn in request.turns]
