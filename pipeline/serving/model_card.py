@@ -188,11 +188,19 @@ def _model_index_results(facts: CardFacts) -> list[dict[str, Any]]:
         results.append(
             {
                 "task": {"type": "text-generation", "name": "world-model observation prediction"},
-                "dataset": {"type": "simulacra-eval", "name": f"{row['eval_set']} ({row['domain']})"},
+                "dataset": {"type": "simulacra-eval", "name": _dataset_name(row)},
                 "metrics": metrics,
             }
         )
     return results
+
+
+def _dataset_name(row: dict[str, Any]) -> str:
+    """The eval set a result is on: a domain's row is its targets of the set, which the set's own description
+    ("eval pool, 30 target turns (6 seen in training)") followed by "(mcp)" misstated for mcp's 2."""
+    if row["domain"] == "all" or row.get("queries") is None:
+        return f"{row['eval_set']} ({row['domain']})"
+    return f"{row['eval_set']}: its {row['queries']} {row['domain']} target turns"
 
 
 # The card's example: a small terminal trajectory, the same for every export so a reader can compare cards.
