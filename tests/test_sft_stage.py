@@ -480,21 +480,14 @@ def test_queries_that_cannot_fit_are_passed_over_before_generation(prepared):
     assert [q.query_id for q in everything] == fitting and passed_all == len(every) - len(fitting)
 
 
-def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_echoes_it(prepared, monkeypatch):
-    """Issue 29.5: every candidate refused as `held_secret`, and the stage advised lowering sft.min_score or a
-    stronger generator; neither helps while the endpoint copies the Authorization header into its answers."""
+def refusal_with_endpoint(root: Path, answer, **sections) -> str:
+    """The one line `sft.prepare` refuses with when the generator and the judge are a test server answering
+    `answer(request)`: 3 queries, 2 candidates each, from the endpoint alone (the retrieval generator's
+    candidates would parse, and hold no key)."""
     from pipeline.errors import UserFixableError
     from stages import sft
 
-    root = workspace_copy(prepared, "echoed")
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-
-    def echoing(request: dict) -> str:
-        if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
-            return f"<think>\nheaders: Authorization: Bearer {KEY}\n</think>\n\nfile.txt\n"
-        return scripted_answer(request)
-
-    with OpenAIServer(answer=echoing) as server:
+    with OpenAIServer(answer=answer) as server:
         endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
         config = load_config(
             None,
@@ -502,7 +495,6 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
                 {
                     "workspace": {"path": str(root / "workspace")},
                     "model": {"base": str(root / "base-model")},
-                    # The endpoint alone: the retrieval generator's candidates hold no key.
                     "sft": {
                         "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
                         "judge": {"kind": "llm", "endpoint": endpoint},
@@ -510,12 +502,26 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
                         "max_queries": 3,
                         "max_length": 1024,
                     },
+                    **sections,
                 }
             ],
         )
         with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
             sft.prepare(config, store)
-    message = str(refused.value)
+    return str(refused.value)
+
+
+def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_echoes_it(prepared, monkeypatch):
+    """Issue 29.5: every candidate refused as `held_secret`, and the stage advised lowering sft.min_score or a
+    stronger generator; neither helps while the endpoint copies the Authorization header into its answers."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+    def echoing(request: dict) -> str:
+        if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
+            return f"<think>\nheaders: Authorization: Bearer {KEY}\n</think>\n\nfile.txt\n"
+        return scripted_answer(request)
+
+    message = refusal_with_endpoint(workspace_copy(prepared, "echoed"), echoing)
     assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): 6 candidate(s) held the API key")
     assert "echoes credentials" in message and "min_score" not in message and "stronger generator" not in message
     assert KEY not in message
@@ -524,37 +530,12 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
 def test_when_no_candidate_parsed_the_stage_names_the_thinking_format_not_a_threshold(prepared):
     """A generator that never writes a thinking block: every query `no_parsed_candidate`, and the stage advised
     lowering sft.min_score, which no answer that did not parse ever reaches."""
-    from pipeline.errors import UserFixableError
-    from stages import sft
-
-    root = workspace_copy(prepared, "unparsed")
 
     def plain(request: dict) -> str:
         if request["messages"][0]["content"].startswith(GENERATOR_OPENING):
             return "file.txt\n"  # the observation alone: no thinking block
         return scripted_answer(request)
 
-    with OpenAIServer(answer=plain) as server:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
-        config = load_config(
-            None,
-            [
-                {
-                    "workspace": {"path": str(root / "workspace")},
-                    "model": {"base": str(root / "base-model")},
-                    "answers": {"thinking": True},
-                    "sft": {
-                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
-                        "judge": {"kind": "llm", "endpoint": endpoint},
-                        "base_model": str(root / "base-model"),
-                        "max_queries": 3,
-                        "max_length": 1024,
-                    },
-                }
-            ],
-        )
-        with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
-            sft.prepare(config, store)
-    message = str(refused.value)
+    message = refusal_with_endpoint(workspace_copy(prepared, "unparsed"), plain, answers={"thinking": True})
     assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): no candidate parsed in the thinking")
     assert "rationale: true" in message and "answers.thinking: false" in message and "min_score" not in message

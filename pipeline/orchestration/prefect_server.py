@@ -208,13 +208,15 @@ class LocalServer:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            return self._stale(role, f"unreadable: {exc.strerror}", note)
+            self._stale(role, f"unreadable: {exc.strerror}", note)
+            return None
         try:
             pid = int(text)
         except ValueError:
             pid = 0
         if pid <= 0:  # 0 and -1 would have signalled this command's own process group, or every process
-            return self._stale(role, f"no pid in it: {text.strip()[:40]!r}", note)
+            self._stale(role, f"no pid in it: {text.strip()[:40]!r}", note)
+            return None
         try:
             recorded = json.loads(self.started_file(role).read_text())
             started = recorded["started"] if recorded["pid"] == pid else None
@@ -223,9 +225,11 @@ class LocalServer:
         if not isinstance(started, str):
             started = _prefect_started_before_records(pid, role)
         if not isinstance(started, str):
-            return self._stale(role, f"no start time recorded to tell pid {pid} from another process", note)
+            self._stale(role, f"no start time recorded to tell pid {pid} from another process", note)
+            return None
         if not _running(pid, started):
-            return self._stale(role, f"pid {pid} is no longer the {role} this workspace started", note)
+            self._stale(role, f"pid {pid} is no longer the {role} this workspace started", note)
+            return None
         return pid, started
 
     def _stale(self, role: str, why: str, note: bool) -> None:
