@@ -67,11 +67,17 @@ def api(url: str, body: dict | None = None, attempts: int = 5) -> dict:
 
 
 def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie waiting for init to reap it (`server stop` returns once its processes
+    have exited, which is before init collects them)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill 0 is all there is
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def executions(workspace: Path) -> dict[str, list[str]]:
