@@ -98,11 +98,14 @@ def collect_stages(config, store) -> list[dict[str, Any]]:
 def _current_fingerprint(config, store, stage: str) -> str | None:
     """The stage's fingerprint under the config as it is, or None where it cannot be measured now (a source moved
     since it was ingested): the card then quotes no settings it cannot vouch for, and the export goes on."""
+    from pipeline.errors import interrupted
     from pipeline.orchestration.fingerprint import stage_fingerprint
 
     try:
         return stage_fingerprint(config, store, stage)
-    except Exception:  # noqa: BLE001 - any probe's failure means only "not verifiable"; the export is not its to fail
+    except Exception as exc:  # any probe's failure means only "not verifiable"; the export is not its to fail
+        if interrupted(exc):  # ctrl-C during a store query reaches here as DuckDB's error (pipeline/errors.py)
+            raise
         return None
 
 
