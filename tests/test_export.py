@@ -194,7 +194,7 @@ def test_model_card_reports_sources_pools_stages(exported):
     assert f"--served-model-name {name}`" in card and f'"model": "{name}"' in card
 
 
-def test_the_card_quotes_the_settings_a_training_run_recorded_not_the_configs_at_export(tmp_path):
+def test_the_card_quotes_the_settings_a_training_run_recorded_not_the_configs_at_export(tmp_path, monkeypatch):
     """`export` with `--set cpt.learning_rate=0.5 --set cpt.max_steps=999` wrote those into the card's cpt section,
     for a run of 2 steps at 1e-4: the card took the sections from the config the export ran under."""
     from pipeline.serving.model_card import collect_stages
@@ -216,6 +216,21 @@ def test_the_card_quotes_the_settings_a_training_run_recorded_not_the_configs_at
         (run_dir / "fingerprint.json").write_text(json.dumps({"fingerprint": "fp-cpt", "inputs": {}}))
         [cpt] = collect_stages(later, store)
         assert cpt["settings"] is None
+        # A fingerprint that cannot be measured now (a source moved) is "not recorded"; ctrl-C while measuring it,
+        # which DuckDB reports as its own error, still stops the export.
+        import pipeline.orchestration.fingerprint as fingerprint
+
+        for raised, stops in ((FileNotFoundError("moved"), False), (RuntimeError("Query interrupted"), True)):
+
+            def unmeasurable(*args, raised=raised):
+                raise raised
+
+            monkeypatch.setattr(fingerprint, "stage_fingerprint", unmeasurable)
+            if stops:
+                with pytest.raises(RuntimeError, match="Query interrupted"):
+                    collect_stages(later, store)
+            else:
+                assert collect_stages(later, store)[0]["settings"] is None
 
 
 def test_copy_to_destination_is_whole(exported, tmp_path):
