@@ -29,6 +29,7 @@ from pipeline.config.workspace import make_private
 from pipeline.errors import UserFixableError
 from pipeline.orchestration.deployments import write_bound
 from pipeline.orchestration.prefect_env import check_prefect_database, prefect_environment
+from pipeline.store.atomic_files import write_text_atomic
 
 PROCESS_POOL = "simulacra-process"
 # (pool, worker type, base job template relative to the project folder; None: the type's default).
@@ -183,13 +184,8 @@ class LocalServer:
     def record(self, role: str, pid: int) -> None:
         """Write the pid file of the process `start` started, and when it started: the start time first, so a
         reader that finds the pid file finds it too; each replaced whole, so none reads half of one."""
-        for file, text in (
-            (self.started_file(role), json.dumps({"pid": pid, "started": _start_time(pid)})),
-            (self.pid_file(role), str(pid)),
-        ):
-            partial = file.with_name(f".{file.name}.{os.getpid()}")
-            partial.write_text(text)
-            os.replace(partial, file)
+        write_text_atomic(self.started_file(role), json.dumps({"pid": pid, "started": _start_time(pid)}))
+        write_text_atomic(self.pid_file(role), str(pid))
 
     def _forget(self, role: str) -> None:
         for file in (self.pid_file(role), self.started_file(role)):

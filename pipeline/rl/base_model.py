@@ -4,16 +4,11 @@ else `model.base` (or the workspace's tiny model, which the CPT stage builds).""
 from pathlib import Path
 
 from pipeline.errors import UserFixableError
+from pipeline.training.runs import registered_checkpoint
 
 
 class NoBaseModel(UserFixableError):
     """RL has no model to start from."""
-
-
-def registered_checkpoint(store, stage: str) -> str | None:
-    """The newest checkpoint of `stage` in the `checkpoints` table whose folder still holds a model."""
-    rows = store.rows("SELECT path FROM checkpoints WHERE stage = ? ORDER BY created_at DESC, checkpoint_id", [stage])
-    return next((row["path"] for row in rows if (Path(row["path"]) / "config.json").is_file()), None)
 
 
 def rl_base_ref(config, store) -> str:

@@ -78,13 +78,9 @@ def collect_stages(config, store) -> list[dict[str, Any]]:
         run = rows[0]
         settings = _recorded_settings(stage, run["output_path"], run["fingerprint"])
         if settings is None and _current_fingerprint(config, store, stage) == run["fingerprint"]:
-            settings = {
-                stage: getattr(config, stage).model_dump(mode="json"),
-                "model": config.model.model_dump(mode="json"),
-            }
-        if settings is None:
-            shown: dict[str, Any] | None = None
-        else:
+            settings = config.model_dump(mode="json", include={stage, "model"})
+        shown: dict[str, Any] | None = None
+        if settings is not None:
             shown = dict(settings[stage])
             if stage == "cpt":  # the base model the training stages start from
                 shown["model"] = settings.get("model", config.model.model_dump(mode="json"))

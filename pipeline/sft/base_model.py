@@ -1,26 +1,19 @@
 """Which model SFT starts from: `sft.base_model`, or else the CPT checkpoint registered in `checkpoints`."""
 
 from pipeline.errors import UserFixableError
+from pipeline.training.runs import newest_registered_path, registered_checkpoint
 
 
 class NoCPTCheckpoint(UserFixableError):
     """SFT defaults to the CPT checkpoint and none is registered."""
 
 
-def registered_cpt_checkpoint(store) -> str | None:
-    """The newest registered CPT checkpoint whose folder still exists (the `checkpoints` table)."""
-    from pathlib import Path
-
-    rows = store.rows("SELECT path FROM checkpoints WHERE stage = 'cpt' ORDER BY created_at DESC, checkpoint_id")
-    return next((row["path"] for row in rows if (Path(row["path"]) / "config.json").is_file()), None)
-
-
 def sft_base_ref(config, store) -> str:
     if config.sft.base_model is not None:
         return config.sft.base_model
-    found = registered_cpt_checkpoint(store)
+    found = registered_checkpoint(store, "cpt")
     if found is None:
-        if gone := store.scalar("SELECT path FROM checkpoints WHERE stage = 'cpt' ORDER BY created_at DESC LIMIT 1"):
+        if gone := newest_registered_path(store, "cpt"):
             raise NoCPTCheckpoint(
                 f"sft starts from the CPT checkpoint, and the one registered ({gone}) is no longer on disk: "
                 "run `simulacra cpt` (it says how to train it again), or set sft.base_model"

@@ -515,9 +515,8 @@ MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
         14,
         "credentials in the forms added after 13 redacted from what is already stored",
         # An AWS secret key after its name in quotes (JSON, YAML, a quoted shell export, `SecretAccessKey` of STS),
-        # passwords in URLs, PGP private key blocks, private keys cut before their end line
-        # (pipeline/secret_shapes.py), and where each
-        # record was read, which ingest now redacts too. The same sweep, and the locations'.
+        # passwords in URLs, PGP private key blocks, private keys cut before their end line (pipeline/secret_shapes.py),
+        # and where each record was read, which ingest now redacts too. The same sweep, and the locations'.
         _credential_sweeps() + _credential_sweeps(LOCATION_COLUMNS),
     ),
 ]

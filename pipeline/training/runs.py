@@ -167,6 +167,19 @@ def register_checkpoint(store, stage: str, plan: RunPlan, metrics: dict[str, Any
         )
 
 
+def registered_checkpoint(store, stage: str) -> str | None:
+    """The newest checkpoint of `stage` in the `checkpoints` table whose folder still holds a model."""
+    rows = store.rows("SELECT path FROM checkpoints WHERE stage = ? ORDER BY created_at DESC, checkpoint_id", [stage])
+    return next((row["path"] for row in rows if (Path(row["path"]) / "config.json").is_file()), None)
+
+
+def newest_registered_path(store, stage: str) -> str | None:
+    """The newest registration of `stage`, whether or not its folder is still there."""
+    return store.scalar(
+        "SELECT path FROM checkpoints WHERE stage = ? ORDER BY created_at DESC, checkpoint_id LIMIT 1", [stage]
+    )
+
+
 def run_across_processes(stage: str, prepare, train, record, config, store):
     """A training stage's three steps in this process and, under `accelerate launch` / torchrun, its
     peers: the main process prepares and records, every process trains from the plan's files."""
