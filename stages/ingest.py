@@ -12,6 +12,7 @@ so both paths store the same rows and quarantine with the same reasons.
 """
 
 import hashlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,10 @@ def run(
     not_read: list[NotRead] = []
     skipped: list[Skipped] = []  # links back into a folder, second names of a file: read once, nothing to fix
     decoded: list[str] = []  # files read through a decoding, and what they were
+    gone: list[str] = []  # files read before that their folder no longer holds
+    retired_before = _retired(store)
     for source in sources:
+        not_read_before, skipped_before = len(not_read), len(skipped)
         # A command line's own path is named by its error already; a configured source's is said with the source.
         inputs = expand_source(source.path, None if paths else source.name, not_read, skipped)
         totals = per_source.setdefault(source.name, Counts())
@@ -115,6 +119,8 @@ def run(
                 continue
             files_read += 1
             totals.add(counts)
+        gone += _supersede_gone(store, source, inputs, not_read[not_read_before:], skipped[skipped_before:])
+    retired = _retired(store)
     total = Counts()
     for counts in per_source.values():
         total.add(counts)
@@ -127,6 +133,9 @@ def run(
         "paths_not_read": [{"path": entry.path, "reason": entry.reason} for entry in not_read],
         "paths_skipped": [{"path": entry.path, "reason": entry.reason} for entry in skipped],
         "files_decoded": decoded,
+        "files_gone": gone,
+        "trajectories_retired": retired,
+        "retired_by_this_run": retired - retired_before,
     }
     summary = (
         f"read {total.records_read} records from {files_read} files ({files_unchanged} unchanged, skipped): "
@@ -138,12 +147,67 @@ def run(
         summary += f"; {total.secrets_redacted} row(s) held a credential, redacted"
     if decoded:
         summary += f"; read as UTF-8 from: {', '.join(decoded)}"
+    if gone:
+        summary += f"; {len(gone)} file(s) read before are no longer in their folder: {', '.join(gone[:5])}"
+        summary += ", ..." if len(gone) > 5 else ""
+    if retired != retired_before:
+        summary += (
+            f"; {retired - retired_before:+d} trajectories retired, {retired} in all (no current version of a file "
+            "holds them: kept in the store, in no pool after `simulacra split`)"
+        )
     if skipped:
         summary += f"; {len(skipped)} path(s) skipped: " + "; ".join(f"{e.path} ({e.reason})" for e in skipped)
     if not_read:
         summary += f"; {len(not_read)} path(s) NOT read: " + "; ".join(f"{e.path} ({e.reason})" for e in not_read)
     table = [{"source": name, **c.as_dict()} for name, c in per_source.items()]
     return StageResult("ingest", metrics=metrics, summary=summary, tables={"ingest-counts": table})
+
+
+def _retired(store: Store) -> int:
+    return store.scalar("SELECT count(*) FROM retired_trajectories")
+
+
+def _supersede_gone(
+    store: Store, source: SourceConfig, inputs: list[Input], not_read: list[NotRead], skipped: list[Skipped]
+) -> list[str]:
+    """The files of a folder source that its walk no longer finds (deleted, renamed, moved out): their versions are
+    superseded, their quarantined records taken back, and the trajectories only they held retired. Only for a
+    folder (a glob's or a file's absence is not a deletion one can see), and never for what the walk could not
+    look at: a path it could not list or read, or under one, is there as far as anyone knows. Returns the paths."""
+    if source.path.startswith("hf://"):
+        return []
+    folder = Path(source.path).expanduser()
+    if not folder.is_dir():
+        return []
+    root = str(folder)
+    present = {item.path for item in inputs} | {entry.path for entry in skipped}
+    blocked = [entry.path for entry in not_read]
+
+    def under(path: str) -> bool:
+        if root == ".":  # the walk of `.` names its files `x`, not `./x`
+            return not path.startswith(("/", "..", "hf://"))
+        return path.startswith(root.rstrip(os.sep) + os.sep)
+
+    current = store.rows("SELECT path FROM ingested_files WHERE source = ? AND superseded_at IS NULL", [source.name])
+    gone = sorted(
+        {
+            row["path"]
+            for row in current
+            if under(row["path"])
+            and row["path"] not in present
+            and not any(row["path"] == path or row["path"].startswith(path.rstrip(os.sep) + os.sep) for path in blocked)
+        }
+    )
+    if gone:
+        with store.transaction() as con:
+            for path in gone:
+                con.execute(
+                    "UPDATE ingested_files SET superseded_at = now() "
+                    "WHERE path = ? AND source = ? AND superseded_at IS NULL",
+                    [path, source.name],
+                )
+                _delete_quarantined(con, source.name, path)
+    return gone
 
 
 def _ingest_input(
@@ -153,17 +217,32 @@ def _ingest_input(
     digest = item.digest()
     key = [item.path, digest, source.name]
     progress = store.rows(
-        "SELECT records_read, added, duplicates, quarantined, completed, format FROM ingested_files "
-        "WHERE path = ? AND sha256 = ? AND source = ?",
+        "SELECT records_read, added, duplicates, quarantined, completed, format, superseded_at IS NULL AS current, "
+        "trajectories_recorded FROM ingested_files WHERE path = ? AND sha256 = ? AND source = ?",
         key,
     )
+    # Other versions of this path still current: the one this read replaces, or a newer one whose read was left unfinished.
+    others = store.scalar(
+        "SELECT count(*) FROM ingested_files WHERE path = ? AND source = ? AND sha256 <> ? AND superseded_at IS NULL",
+        [item.path, source.name, digest],
+    )
     if progress and progress[0]["completed"] and not rescan:
-        if source.format is None or progress[0]["format"] == source.format:
-            return None
-        # Read before in another format (a wrong `--format`, whose every record went to quarantine): read again in the
-        # one asked now, the earlier read's quarantined records taken back so that the file's counts are this read's.
+        row = progress[0]
+        if source.format is None or row["format"] == source.format:
+            if row["current"] and row["trajectories_recorded"] and not others:
+                return None
+            # Read again: an earlier version of the file is back (its quarantined records were taken back when the newer
+            # one was read), a newer version's read was left unfinished, or it was read before ingest recorded which
+            # trajectories a file holds (migration 15). Its trajectories are duplicates; the read makes it current.
+        # Or read before in another format (a wrong `--format`, whose every record went to quarantine): read again in
+        # the one asked now. Either way the earlier read's quarantined records are taken back, so that the file's
+        # counts are this read's.
         rescan = True
-        _forget_quarantined(store, source.name, item.path)
+        _begin_version(store, source, item, digest)
+    elif not progress and others:
+        # A new version of a file read before: what was wrong with the old one is no longer so (this read finds what
+        # is wrong with this one). The old version's trajectories stay in the pools until this read completes.
+        _begin_version(store, source, item, digest)
     counts = Counts()
     if progress and not rescan:
         row = progress[0]
@@ -273,9 +352,25 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     return batch
 
 
-def _forget_quarantined(store: Store, source: str, path: str) -> None:
+def _begin_version(store: Store, source: SourceConfig, item: Input, digest: str) -> None:
+    """Start reading a version of a file from its first record: the quarantined records of the file (at the file
+    itself, a line, an item or a row of it, whichever version they came from) are taken back, and the version's
+    progress row says nothing read yet, in one transaction. A run killed before its first batch then resumes this
+    read; and were the file put back as it was, the unfinished version beside the old one has it read again,
+    which brings its quarantined records back."""
+    with store.transaction() as con:
+        _delete_quarantined(con, source.name, item.path)
+        con.execute(
+            "INSERT OR REPLACE INTO ingested_files (path, sha256, source, format, size_bytes, records_read, added, "
+            "duplicates, quarantined, completed, updated_at, superseded_at, trajectories_recorded) "
+            "VALUES (?, ?, ?, NULL, ?, 0, 0, 0, 0, false, now(), NULL, true)",
+            [item.path, digest, source.name, item.size_bytes],
+        )
+
+
+def _delete_quarantined(con, source: str, path: str) -> None:
     """The quarantined records of one file of a source: at the file itself, a line, an item or a row of it."""
-    store.execute(
+    con.execute(
         "DELETE FROM quarantine WHERE source = ? AND (location = ? OR starts_with(location, ? || ':') "
         "OR starts_with(location, ? || '[') OR starts_with(location, ? || '#'))",
         [source, path, path, path, path],
@@ -334,7 +429,7 @@ def _commit(
 ) -> None:
     """Write one batch and the file's progress in one transaction."""
     with store.transaction() as con:
-        added = _insert_new(con, source, item, batch, counts) if batch.trajectories or batch.staged else 0
+        added = _insert_new(con, source, item, digest, batch, counts) if batch.trajectories or batch.staged else 0
         if batch.quarantined:
             counts.secrets_redacted += _insert_quarantine(con, source.name, batch.quarantined)
         counts.records_read += batch.records
@@ -346,7 +441,9 @@ def _commit(
             [source.name],
         )
         con.execute(
-            "INSERT OR REPLACE INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+            "INSERT OR REPLACE INTO ingested_files (path, sha256, source, format, size_bytes, records_read, added, "
+            "duplicates, quarantined, completed, updated_at, superseded_at, trajectories_recorded) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), NULL, true)",
             [
                 item.path,
                 digest,
@@ -360,11 +457,20 @@ def _commit(
                 completed,
             ],
         )
+        if completed:
+            # This version is the file now: every other version of the path is superseded, in the transaction that
+            # completes this one, and a trajectory only they held is retired (the view `retired_trajectories`).
+            con.execute(
+                "UPDATE ingested_files SET superseded_at = now() "
+                "WHERE path = ? AND source = ? AND sha256 <> ? AND superseded_at IS NULL",
+                [item.path, source.name, digest],
+            )
 
 
-def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch, counts: Counts) -> int:
+def _insert_new(con, source: SourceConfig, item: Input, digest: str, batch: _Batch, counts: Counts) -> int:
     """Insert the batch's trajectories whose id the store does not hold, the first occurrence of
-    each (by position in the file), credentials redacted; returns how many."""
+    each (by position in the file), credentials redacted; returns how many. Every record's id, a
+    duplicate's too, is recorded as held by this version of the file (`file_trajectories`)."""
     candidates = []
     if batch.trajectories:
         trajectories, turns = _arrow_rows(batch.trajectories)
@@ -374,6 +480,11 @@ def _insert_new(con, source: SourceConfig, item: Input, batch: _Batch, counts: C
     if batch.staged:
         candidates.append("SELECT position, trajectory_id FROM jsonl_keys")
     try:
+        con.execute(
+            f"INSERT OR IGNORE INTO file_trajectories SELECT DISTINCT ?, ?, ?, trajectory_id "
+            f"FROM ({' UNION ALL '.join(candidates)})",
+            [item.path, digest, source.name],
+        )
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE batch_chosen AS
             SELECT c.position, c.trajectory_id FROM ({" UNION ALL ".join(candidates)}) c

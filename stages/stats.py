@@ -13,24 +13,31 @@ from stages import split as split_stage
 
 
 def sources_report(store: Store) -> list[dict[str, Any]]:
-    """Per source: records read = added + duplicates + quarantined (over completed and in-progress
-    files), trajectories in the store, and how many the filter kept."""
+    """Per source: records read = added + duplicates + quarantined over the current version of each file (completed
+    or in progress; a version a newer one replaced, or whose file left its folder, no longer counts), trajectories
+    in the store, how many of them no current version holds (retired: in no pool), and how many of the others the
+    filter kept."""
     return store.rows(
         """
         WITH files AS (
             SELECT source, count(*) AS files, sum(records_read) AS records_read, sum(added) AS added,
                    sum(duplicates) AS duplicates, sum(quarantined) AS quarantined
-            FROM ingested_files GROUP BY source
+            FROM ingested_files WHERE superseded_at IS NULL GROUP BY source
         ), stored AS (
-            SELECT t.source, count(*) AS trajectories, sum(t.num_turns) AS turns,
-                   count(f.trajectory_id) AS judged, count(*) FILTER (WHERE f.kept) AS kept,
-                   sum(f.kept_turns) FILTER (WHERE f.kept) AS kept_turns
-            FROM trajectories t LEFT JOIN filter_state f USING (trajectory_id) GROUP BY t.source
+            SELECT t.source, count(*) AS trajectories, count(r.trajectory_id) AS retired,
+                   sum(t.num_turns) FILTER (WHERE r.trajectory_id IS NULL) AS turns,
+                   count(f.trajectory_id) FILTER (WHERE r.trajectory_id IS NULL) AS judged,
+                   count(*) FILTER (WHERE f.kept AND r.trajectory_id IS NULL) AS kept,
+                   sum(f.kept_turns) FILTER (WHERE f.kept AND r.trajectory_id IS NULL) AS kept_turns
+            FROM trajectories t LEFT JOIN filter_state f USING (trajectory_id)
+            LEFT JOIN retired_trajectories r USING (trajectory_id) GROUP BY t.source
         )
-        SELECT source, files, records_read, added, duplicates, quarantined,
-               coalesce(trajectories, 0) AS trajectories, coalesce(turns, 0) AS turns,
+        SELECT source, coalesce(files, 0) AS files, coalesce(records_read, 0) AS records_read,
+               coalesce(added, 0) AS added, coalesce(duplicates, 0) AS duplicates,
+               coalesce(quarantined, 0) AS quarantined, coalesce(trajectories, 0) AS trajectories,
+               coalesce(retired, 0) AS retired, coalesce(turns, 0) AS turns,
                coalesce(judged, 0) AS judged, coalesce(kept, 0) AS kept, coalesce(kept_turns, 0) AS kept_turns
-        FROM files LEFT JOIN stored USING (source)
+        FROM (SELECT DISTINCT source FROM ingested_files) s LEFT JOIN files USING (source) LEFT JOIN stored USING (source)
         ORDER BY source
         """
     )

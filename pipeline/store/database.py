@@ -203,8 +203,10 @@ class Store:
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
     def scalar(self, sql: str, parameters: list[Any] | None = None) -> Any:
-        row = self.connection.execute(sql, parameters or []).fetchone()
-        return None if row is None else row[0]
+        # fetchall, not fetchone: a result read to its end leaves the connection free for `register` and `sql`
+        # (DuckDB refuses them while an execute()'s result is unfinished).
+        rows = self.connection.execute(sql, parameters or []).fetchall()
+        return rows[0][0] if rows else None
 
     def table_fingerprint(self, relation: str, key_columns: str) -> str:
         """Order-independent digest of a relation's keys: changes when rows are added or removed, or a

@@ -519,4 +519,53 @@ MIGRATIONS: list[tuple[int, str, list[str | RowSweep]]] = [
         # and where each record was read, which ingest now redacts too. The same sweep, and the locations'.
         _credential_sweeps() + _credential_sweeps(LOCATION_COLUMNS),
     ),
+    (
+        15,
+        "file versions: the trajectories each version of a file holds, which version is current, retired trajectories",
+        [
+            # A file's content is its version (path, sha256, source). Ingest only ever added: the trajectories of a
+            # changed file's old version, and of a file deleted from its folder, stayed in every pool (a corrected
+            # eval trajectory in eval, its new copy in cpt). Now a version that a newer one of the same path
+            # replaced, or whose file a folder's walk no longer finds, is `superseded_at`; a trajectory no current
+            # version holds is retired: still stored (nothing is deleted), in no kept view and so in no pool.
+            "ALTER TABLE ingested_files ADD COLUMN superseded_at TIMESTAMP",
+            # Whether `file_trajectories` holds this version's every record: false for versions read before this
+            # migration, which ingest reads once more to record them. Until a source has none left, nothing of it is
+            # retired: an unrecorded file may hold any of its trajectories as a duplicate. A trajectory no version
+            # holds is retired once its source's current versions are all recorded (one only a legacy version held);
+            # one of a source ingest never read (rows a tool wrote) never is.
+            "ALTER TABLE ingested_files ADD COLUMN trajectories_recorded BOOLEAN DEFAULT false",
+            # Of a path's versions read before, the ones a completed later read replaced.
+            """UPDATE ingested_files f SET superseded_at = now()
+                WHERE EXISTS (
+                    SELECT 1 FROM ingested_files g
+                    WHERE g.path = f.path AND g.source = f.source AND g.sha256 <> f.sha256
+                    AND g.completed AND g.updated_at > f.updated_at)""",
+            """CREATE TABLE file_trajectories (
+                path VARCHAR NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                source VARCHAR NOT NULL,
+                trajectory_id VARCHAR NOT NULL,
+                PRIMARY KEY (path, sha256, source, trajectory_id)
+            )""",
+            """CREATE VIEW retired_trajectories AS
+                SELECT t.trajectory_id, t.source FROM trajectories t
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM file_trajectories h JOIN ingested_files f USING (path, sha256, source)
+                    WHERE h.trajectory_id = t.trajectory_id AND f.superseded_at IS NULL)
+                AND EXISTS (SELECT 1 FROM ingested_files f WHERE f.source = t.source)
+                AND NOT EXISTS (
+                    SELECT 1 FROM ingested_files f
+                    WHERE f.source = t.source AND f.superseded_at IS NULL AND NOT f.trajectories_recorded)""",
+            """CREATE OR REPLACE VIEW kept_trajectories AS
+                SELECT t.* FROM trajectories t JOIN filter_state f USING (trajectory_id)
+                WHERE f.kept AND t.trajectory_id NOT IN (SELECT trajectory_id FROM retired_trajectories)""",
+            """CREATE OR REPLACE VIEW kept_turns AS
+                SELECT u.* FROM turns u JOIN filter_state f USING (trajectory_id)
+                WHERE f.kept AND u.trajectory_id NOT IN (SELECT trajectory_id FROM retired_trajectories)
+                AND NOT EXISTS (
+                    SELECT 1 FROM filter_decisions d
+                    WHERE d.trajectory_id = u.trajectory_id AND d.turn_index = u.turn_index)""",
+        ],
+    ),
 ]
