@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from pipeline.evaluation.report import evaluation_rows
+from pipeline.orchestration.faults import maybe_fail
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.serving.export_folder import METADATA_FILE, copy_to, destination_filesystem, write_export
 from pipeline.serving.export_source import resolve_format, resolve_source
@@ -131,6 +132,8 @@ def run(config, store) -> StageResult:
         )
         write_export(source.path, out_dir, fmt, metadata, card)
         action = "exported"
+        # The folder is written, not yet registered: a retry finds it whole and exports nothing again.
+        maybe_fail(config, STAGE, f"after writing {out_dir}")
     destination = copy_to(out_dir, config.export.destination) if config.export.destination else None
     metrics = {
         "source_checkpoint": source.checkpoint_id,

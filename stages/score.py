@@ -25,6 +25,7 @@ import polars as pl
 from pipeline.config import SimulacraConfig
 from pipeline.config.score import CATEGORIES, REPEAT
 from pipeline.informativeness import SCORER_VERSION, score_frame
+from pipeline.orchestration.faults import maybe_fail
 from pipeline.plots import share_bars
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
@@ -110,6 +111,8 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
         # A turn's repeat depends on the kept turn before it: one dropped or restored since changes it.
         neighbours = _count(tx.execute(STALE_REPEATS, CATEGORY_NAMES))
         scored = _score_unscored(tx, config, config_hash)
+    # One transaction holds the stage's work: the drill fails right after it, so a retry must score nothing again.
+    maybe_fail(config, STAGE, f"after committing {scored} turn score(s)")
     counts = dict(store.connection.execute("SELECT category, count(*) FROM turn_scores GROUP BY category").fetchall())
     total = sum(counts.values())
     metrics: dict[str, Any] = {

@@ -47,6 +47,7 @@ from typing import Any
 from pipeline.config import SimulacraConfig
 from pipeline.config.split import POOLS, SplitConfig, TargetSelection
 from pipeline.errors import UserFixableError
+from pipeline.orchestration.faults import maybe_fail
 from pipeline.stage import StageResult
 from pipeline.store.database import Store
 from pipeline.store.prerequisites import require_filtered
@@ -201,6 +202,8 @@ def run(config: SimulacraConfig, store: Store) -> StageResult:
         )
         tx.execute("DROP TABLE desired_splits")
         tx.execute("DROP TABLE desired_targets")
+    # One transaction holds the stage's work: the drill fails right after it, so a retry must move nothing.
+    maybe_fail(config, STAGE, f"after committing {added} assignment(s)")
     report = pool_report(store)
     overlap = overlap_report(store)
     metrics: dict[str, Any] = {

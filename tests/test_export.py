@@ -14,6 +14,7 @@ training stages register theirs, the exported folder read back with transformers
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import fsspec
@@ -21,6 +22,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.config.model import TinyModelConfig
+from pipeline.orchestration.faults import InjectedFault
 from pipeline.orchestration.fingerprint import stage_fingerprint
 from pipeline.prompts.cpt import render_cpt_system_prompt
 from pipeline.prompts.sft import TEMPLATES
@@ -297,6 +299,29 @@ def test_rerun_is_skipped_by_fingerprint(exported):
         assert store.execute("SELECT count(*) FROM checkpoints WHERE stage = 'export'").fetchone()[0] == 1
     assert again.summary.startswith("already exported")
     assert again.output_path == result.output_path
+
+
+def test_the_fault_drill_fails_export_after_its_folder_and_the_retry_registers_it_once(exported, tmp_path):
+    # Found by probing: `orchestration.fail_stage` did nothing for export (nor score, split: tests/test_flows.py).
+    config, result, _, _ = exported
+    copy = tmp_path / "workspace"
+    shutil.copytree(config.workspace.root, copy)
+    drill = config.model_copy(
+        update={
+            "workspace": config.workspace.model_copy(update={"path": copy}),
+            "export": config.export.model_copy(update={"destination": None}),
+            "orchestration": config.orchestration.model_copy(update={"fail_stage": "export"}),
+        }
+    )
+    shutil.rmtree(drill.workspace.root / "runs" / "export")
+    with Store(drill.workspace.database_path) as store:
+        store.execute("DELETE FROM checkpoints WHERE stage = 'export'")
+        with pytest.raises(InjectedFault, match="after writing"):
+            export.run(drill, store)
+        assert store.scalar("SELECT count(*) FROM checkpoints WHERE stage = 'export'") == 0
+        again = export.run(drill, store)
+        assert store.scalar("SELECT count(*) FROM checkpoints WHERE stage = 'export'") == 1
+    assert again.summary.startswith("already exported")
 
 
 def test_an_evaluation_of_the_checkpoint_reaches_a_new_card(exported):
