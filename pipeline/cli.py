@@ -313,7 +313,7 @@ def serve(
     device: Annotated[
         str, typer.Option(help="Embedded engine: auto (a GPU when there is one), cpu, cuda, cuda:1 ...")
     ] = "auto",
-    max_tokens: Annotated[int, typer.Option(help="Token budget of an answer whose request sets none.")] = 1024,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Token budget of an answer whose request sets none.")] = 1024,
     max_batch: Annotated[
         int,
         typer.Option(min=1, help="Embedded engine: most sequences decoded together (each choice of a request is one)."),

@@ -362,3 +362,11 @@ def test_a_training_or_evaluating_stage_over_an_empty_store_names_ingest(tmp_pat
     result = simulacra(tmp_path, stage)
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"{stage}: the store holds no trajectory: run `simulacra ingest` first"]
+
+
+@pytest.mark.parametrize("option", ["--max-tokens", "--max-batch"])
+def test_serve_refuses_a_budget_of_no_tokens_before_loading_anything(tmp_path, option):
+    # Found by probing: `serve --max-tokens 0` started, and every request that set no max_tokens got one token.
+    result = CliRunner().invoke(app, ["serve", str(tmp_path), option, "0"])
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.output and "greater than or equal to 1" in result.output

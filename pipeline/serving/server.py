@@ -42,6 +42,7 @@ from pipeline.serving.prompt_formats import SYSTEM_PART_NAMES, UntrainedAnswerFo
 from pipeline.serving.protocol import ChatCompletionRequest
 from pipeline.serving.streaming import AnswerStream
 from pipeline.serving.thinking import split_thinking
+from pipeline.serving.token_bytes import token_bytes
 from pipeline.store.schema import DOMAINS, SystemPrompt
 
 STREAM_END = "data: [DONE]\n\n"  # a streamed answer's last event, whatever came before it
@@ -209,8 +210,10 @@ def _logprob_entry(model, token: TokenLogprob, replacement: str | None = None) -
     alternatives (pipeline/serving/answer_redaction.py)."""
 
     def described(token_id: int, logprob: float, text: str | None = None) -> dict[str, Any]:
-        text = model.token_text(token_id) if text is None else text
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", errors="replace"))}
+        if text is not None:  # a replacement: its own text, nothing of the token's
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", errors="replace"))}
+        text = model.token_text(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(token_bytes(model.tokenizer, token_id, text))}
 
     entry = described(token.token_id, token.logprob, replacement)
     entry["top_logprobs"] = [] if replacement is not None else [described(i, value) for i, value in token.top]
