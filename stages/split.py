@@ -11,7 +11,8 @@ pool (issue 28) is the training side's held-out part: stages report on it and `e
 so the eval pool only reports. `split.val_sources` holds out whole environments for it: a group with a
 trajectory of such an ingest source goes to val unless its u is in eval's slice, so no training pool
 holds them and eval is unchanged. u depends on
-the key alone, so adding data never moves a trajectory (a new run of a known task joins its pool),
+the key alone, so adding data never moves a trajectory (a new run of a known task joins its pool; under
+`val_sources`, one from a held-out source takes its group into val, docs/stages/split.md),
 and eval never meets a training pool in a group. md5 rather than DuckDB's `hash()`: its value is
 fixed by a standard, not by a library version.
 
