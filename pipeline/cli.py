@@ -74,7 +74,7 @@ class Commands(TyperGroup):
     def _stop_interrupted(ctx) -> None:
         # Every write is a transaction (pipeline/store/database.py): what was committed stays, the
         # rest rolled back, and each stage resumes from what it committed.
-        line, status = stopped_by()
+        line, status = stopped_by(ctx.invoked_subcommand)
         console.print(Text.assemble((f"{ctx.invoked_subcommand}: ", "red"), line), soft_wrap=True)
         raise typer.Exit(status) from None
 

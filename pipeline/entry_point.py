@@ -27,8 +27,9 @@ def main() -> int:
     except SystemExit as ended:
         if ended.code in (130, 143) or not interrupts_received():
             raise
-    line, status = stopped_by()
-    print(f"{command_name(sys.argv[1:])}: {line}", file=sys.stderr)
+    command = command_name(sys.argv[1:])
+    line, status = stopped_by(command)
+    print(f"{command}: {line}", file=sys.stderr)
     return status
 
 

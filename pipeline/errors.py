@@ -22,6 +22,8 @@ from typing import TypeGuard
 INTERRUPTED = "interrupted: rerun the same command to resume"
 # And when SIGTERM stopped it.
 TERMINATED = "terminated: rerun the same command to resume"
+# Commands that serve until they are stopped: a signal is how they end, and they have nothing to resume.
+SERVICES = frozenset({"serve", "openenv"})
 
 _interrupts_received = 0
 _last_signal = signal.SIGINT
@@ -133,12 +135,15 @@ def interrupts_received() -> int:
     return _interrupts_received
 
 
-def stopped_by() -> tuple[str, int]:
+def stopped_by(command: str | None = None) -> tuple[str, int]:
     """What the CLI prints after the command's name when a signal stopped it, and the exit status: ctrl-C's 130,
-    SIGTERM's 143 (128 + the signal, as a shell reports a process the signal ended)."""
-    if _last_signal == signal.SIGTERM:
-        return TERMINATED, 128 + signal.SIGTERM
-    return INTERRUPTED, 128 + signal.SIGINT
+    SIGTERM's 143 (128 + the signal, as a shell reports a process the signal ended). A server (SERVICES) was
+    stopped, the way it ends, and is not told to resume (found by probing: `serve: terminated: rerun the same
+    command to resume`)."""
+    status = 128 + (signal.SIGTERM if _last_signal == signal.SIGTERM else signal.SIGINT)
+    if command in SERVICES:
+        return f"stopped ({signal.Signals(_last_signal).name})", status
+    return (TERMINATED if _last_signal == signal.SIGTERM else INTERRUPTED), status
 
 
 def _count_and_raise(signum, frame) -> None:

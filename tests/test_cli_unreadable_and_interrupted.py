@@ -334,3 +334,20 @@ def test_a_compressed_file_cut_short_is_named_so_with_the_fix_that_applies(share
     assert done.stderr.splitlines()[-1] == (
         "ingest: 1 path(s) could not be read: copy or download again the files cut short; then rerun"
     )
+
+
+@pytest.mark.parametrize(
+    "command, signum, line, status",
+    [
+        ("ingest", signal.SIGTERM, "terminated: rerun the same command to resume", 143),
+        ("ingest", signal.SIGINT, "interrupted: rerun the same command to resume", 130),
+        # Found by probing: stopping `simulacra serve` told the user to rerun it to resume.
+        ("serve", signal.SIGTERM, "stopped (SIGTERM)", 143),
+        ("openenv", signal.SIGINT, "stopped (SIGINT)", 130),
+    ],
+)
+def test_a_server_stopped_by_a_signal_is_not_told_to_resume(monkeypatch, command, signum, line, status):
+    from pipeline import errors
+
+    monkeypatch.setattr(errors, "_last_signal", signum)
+    assert errors.stopped_by(command) == (line, status)
