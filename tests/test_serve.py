@@ -269,6 +269,15 @@ ACTION = [{"role": "user", "content": "ls"}]
         ({"messages": ACTION, "n": 17}, 400, "field `n`"),
         ({"messages": ACTION, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop sequences"),
         ({"messages": ACTION, "logit_bias": {"5": 200}}, 400, "outside [-100, 100]"),
+        # Found by probing: a bias on a token id the model has not was silently no bias at all; a tool that is not
+        # an object was rendered into the prompt.
+        ({"messages": ACTION, "logit_bias": {"999999": 100}}, 400, "outside the vocabulary"),
+        ({"messages": ACTION, "logit_bias": {"-1": 100}}, 400, "outside the vocabulary"),
+        (
+            {"messages": [{"role": "system", "name": "domain", "content": "terminal"}, *ACTION], "tools": ["x"]},
+            400,
+            'tools[0] is "x": each tool is an object',
+        ),
         ({"messages": ACTION, "temperature": 3}, 400, "field `temperature`"),
         ('{"messages": [{"role": "user", "content": "ls \\ud800"}]}', 400, "lone surrogate"),
         (b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "not valid JSON"),
@@ -311,6 +320,7 @@ def test_bad_requests_are_4xx_naming_the_problem(server, body, status, named):
     [
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"logit_bias": {"5": 200}}, "logit_bias"),
+        ({"logit_bias": {"999999": 1}}, "logit_bias"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"temperature": 3}, "temperature"),
     ],

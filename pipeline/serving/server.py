@@ -89,6 +89,11 @@ def _system_from_parts(model, request: ChatCompletionRequest, parts: dict[str, s
             400, f"unknown domain {parts['domain']!r} in the `domain` part: one of {', '.join(DOMAINS)}", "messages"
         )
     tools = request.tools if isinstance(request.tools, list) else []
+    # As the structured form's `system.tools` is checked: a string or a number rendered into the prompt as a tool
+    # is a prompt the model never trained on (found by probing).
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise RequestError(400, f"tools[{index}] is {json.dumps(tool)}: each tool is an object", f"tools.{index}")
     system = SystemPrompt(
         task_description=parts.get("task_description", ""),
         action_space=parts.get("action_space"),
@@ -165,6 +170,14 @@ def prepare(model, body: bytes, default_max_tokens: int) -> Prepared:
             f"model `{request.model}` is not served here; this server serves `{model.name}`",
             "model",
             "model_not_found",
+        )
+    vocabulary = model.model.config.vocab_size
+    outside = [token for token in request.logit_bias or {} if not 0 <= token < vocabulary]
+    if outside:  # vLLM's answer too: a bias on no token would silently change nothing (found by probing)
+        raise RequestError(
+            400,
+            f"logit_bias names token id(s) outside the vocabulary (0 to {vocabulary - 1}): {outside[:5]}",
+            "logit_bias",
         )
     try:
         thinking = model.format.answer_mode(request.enable_thinking())
