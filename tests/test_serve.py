@@ -701,6 +701,11 @@ def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_
             env.step("ls")
     first, second = env.step("ls"), env.step("ls")
     assert (first[4]["steps"], first[3], second[4]["steps"], second[3]) == (1, False, 2, True)  # the limit, not sooner
+    # Found by probing: a third step was sent and answered `truncated` at step 3, where OpenEnv answers 409 and TRL
+    # EPISODE_OVER; stepping an ended episode is the caller's bug, said before any request.
+    with pytest.raises(gymnasium.error.ResetNeeded, match="the episode is over .truncated at step 2."):
+        env.step("ls")
+    assert env.reset(seed=0)[1] == {"task": SYSTEM.task_description} and env.step("ls")[4]["steps"] == 1
 
 
 DIRECT_FORMAT = prompt_format("sft", thinking=False)

@@ -81,6 +81,7 @@ class WorldModelEnv(gymnasium.Env[str, str]):
         self._episode_seed = 0
         self._steps = 0
         self._reset_done = False  # a step before the first reset has no episode to belong to
+        self._ended: str | None = None  # how the episode ended, once it has: a step after it is refused
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -89,12 +90,17 @@ class WorldModelEnv(gymnasium.Env[str, str]):
         self._episode_seed = int(self.np_random.integers(0, 2**62))
         self._steps = 0
         self._reset_done = True
+        self._ended = None
         observation = self.simulator.reset(self.episode.task, self.episode.system)
         return observation[: self.observation_space.max_length], {"task": self.episode.task}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not self._reset_done:
             raise gymnasium.error.ResetNeeded("step before reset: call reset() to start an episode")
+        if self._ended is not None:  # as OpenEnv's 409 and TRL's EPISODE_OVER; a vector env resets first itself
+            raise gymnasium.error.ResetNeeded(
+                f"the episode is over ({self._ended} at step {self._steps}): call reset() to start another"
+            )
         if not self.action_space.contains(action):  # else the server's 400 about `messages.3.content.str`
             raise ValueError(
                 f"the action must be text of at most {self.action_space.max_length} characters, "
@@ -107,6 +113,8 @@ class WorldModelEnv(gymnasium.Env[str, str]):
         self._steps = steps
         observation = observation[: self.observation_space.max_length]
         outcome = judge(self.episode, observation, self._steps)
+        if outcome.terminated or outcome.truncated:
+            self._ended = "terminated" if outcome.terminated else "truncated"
         info = {
             "thinking": self.simulator.last_thinking,
             "reason": outcome.reason,
