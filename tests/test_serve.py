@@ -280,6 +280,7 @@ ACTION = [{"role": "user", "content": "ls"}]
         ),
         ({"messages": ACTION, "temperature": 3}, 400, "field `temperature`"),
         ('{"messages": [{"role": "user", "content": "ls \\ud800"}]}', 400, "lone surrogate"),
+        ('{"messages": [{"role": "user", "content": "ls"}], "temperature": NaN}', 400, "finite number"),
         (b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "not valid JSON"),
         ({"messages": ACTION, "max_tokens": 0}, 400, "field `max_tokens`"),
         ({"messages": ACTION, "model": "gpt-4"}, 404, "not served here"),

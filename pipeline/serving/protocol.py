@@ -59,12 +59,14 @@ IGNORED_FIELDS = {
 }
 
 
+# No NaN nor infinity in any number (JSON has neither, Python's parser reads both): a NaN temperature was refused
+# as "less than or equal to 2" (found by probing).
 class Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ContentPart(Lenient):
