@@ -105,6 +105,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gguf_conversion.py
 	$(BIN)/python bench/new_store.py
 	$(BIN)/python bench/kv_budget.py
+	$(BIN)/python bench/retired_view.py
 
 clean-demo:
 	rm -rf simulacra-workspace
