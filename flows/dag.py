@@ -142,7 +142,14 @@ def _execute(config: SimulacraConfig, stage: str, fingerprint: str) -> StageOutc
 
             result = stage_runs.execute(store, stage, fingerprint, lambda: dispatch(config, store, stage))
         else:
+            # Waiting for the `gpu` slot can take as long as another run's training: the store is let go meanwhile
+            # (it reopens on first use), or every stage of every other run, the nightly refresh's too, would wait on
+            # it (found by probing: the refresh failed after 120 s behind a run queued for the slot).
+            store.close()
             with gpu_slot(config, stage), stage_progress(stage):
+                completed = stage_runs.completed_run(store, stage, fingerprint)
+                if completed is not None:  # the run that held the slot did the same work meanwhile
+                    return StageOutcome.of("skipped", fingerprint, completed.result())
                 result = stage_runs.execute(store, stage, fingerprint, lambda: runner(config, store))
     publish_stage(stage, fingerprint, result)
     get_run_logger().info("%s: %s", stage, result.summary)

@@ -228,6 +228,30 @@ def test_a_stage_that_fills_the_disk_fails_with_the_fix_named_and_the_rerun_resu
     assert executions(tmp_path)["score"] == ["failed", "completed"]
 
 
+def test_a_stage_waiting_for_the_gpu_slot_does_not_hold_the_store(tmp_path, monkeypatch):
+    """Found by probing: a run queued for the `gpu` slot held the store's write lock while it waited, and the nightly
+    refresh failed after 120 s behind it. While the slot is awaited, another process writes to the store."""
+    import subprocess
+    import sys
+    from contextlib import contextmanager
+
+    import flows.dag
+
+    database = tmp_path / "ws" / "simulacra.duckdb"
+    writes: list[str] = []
+
+    @contextmanager
+    def slot_taken_by_another_run(config, stage):
+        write = f"import duckdb; duckdb.connect({str(database)!r}).execute('CREATE TABLE IF NOT EXISTS probe (x INT)')"
+        done = subprocess.run([sys.executable, "-c", write], capture_output=True, text=True, timeout=120)
+        writes.append(stage if done.returncode == 0 else done.stderr.strip().splitlines()[-1])
+        yield
+
+    monkeypatch.setattr(flows.dag, "gpu_slot", slot_taken_by_another_run)
+    world_model_pipeline(config_path=str(write_config(tmp_path)))
+    assert writes == DATA_STAGES
+
+
 def test_a_ctrl_c_duckdb_caught_mid_query_leaves_the_run_crashed_not_failed(tmp_path, monkeypatch):
     """ctrl-C while DuckDB runs a query reaches Python as DuckDB's InterruptException, an Exception: Prefect recorded
     the flow run FAILED, as if the stage had a fault. Here filter's query is interrupted for real, from another
