@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from prefect import Flow
 
 from flows.dag import MaxSteps, StageOutcome, resolve_config, run_stages
-from flows.stored_parameters import pipeline_flow
+from flows.stored_parameters import pipeline_flow, redact_stored_overrides
 
 
 def stage_flow(stage: str) -> Flow:
@@ -36,6 +36,7 @@ def stage_flow(stage: str) -> Flow:
             max_steps: Optimizer steps of every training stage (`cpt.max_steps`, ...), for quick runs.
                 0: each stage's own from the config.
         """
+        redact_stored_overrides({"config_path": config_path, "overrides": list(overrides), "workspace": workspace})
         return run_stages(resolve_config(config_path, overrides, base_model, max_steps, workspace), [stage])
 
     return run_one_stage

@@ -31,6 +31,30 @@ class PipelineFlow(Flow):
         return stored
 
 
+def redact_stored_overrides(parameters: dict[str, Any]) -> None:
+    """Rewrite this flow run's stored overrides redacted, if they hold a key. `serialize_parameters` only runs where
+    the flow is called in the process (`simulacra run`); a run a deployment starts from the UI or the API is stored
+    by Prefect's server as it was typed, and its Parameters tab and `GET /flow_runs/{id}` showed a key in full (found
+    by probing). Called first thing in the run; outside a flow run it does nothing."""
+    if not parameters.get("overrides"):
+        return
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    stored = (flow_run.parameters or {}).get("overrides") if flow_run is not None else None
+    if not stored or not isinstance(stored, list):
+        return
+    remember_environment_keys(endpoints(_run_config(parameters)))
+    redacted = [redact(override) if isinstance(override, str) else override for override in stored]
+    if redacted == stored:
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, parameters={**flow_run.parameters, "overrides": redacted})
+
+
 def pipeline_flow(**options: Any) -> Callable[[Callable[..., Any]], PipelineFlow]:
     """`@flow(...)` for a flow whose `overrides` are stored redacted."""
     return lambda function: PipelineFlow(fn=function, **options)

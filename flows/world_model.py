@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from flows.dag import MaxSteps, StageOutcome, config_stages, resolve_config, run_stages
-from flows.stored_parameters import pipeline_flow
+from flows.stored_parameters import pipeline_flow, redact_stored_overrides
 from pipeline.config.orchestration import STAGE_ORDER
 
 # Built from STAGE_ORDER at run time, for Prefect's parameter form; a str to the type checker.
@@ -46,5 +46,6 @@ def world_model_pipeline(
         max_steps: Optimizer steps of every training stage (`cpt.max_steps`, ...), for quick runs.
             0: each stage's own from the config.
     """
+    redact_stored_overrides({"config_path": config_path, "overrides": list(overrides), "workspace": workspace})
     config = resolve_config(config_path, overrides, base_model, max_steps, workspace)
     return run_stages(config, config_stages(config, stages))
