@@ -854,6 +854,42 @@ def server_start(
     )
 
 
+@server_app.command("deploy")
+def server_deploy(
+    project_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."
+        ),
+    ] = None,
+) -> None:
+    """Deploy deploy/prefect.yaml again to this workspace's running server, bound to this config and workspace.
+
+    After editing the file (the nightly refresh's cron, a deployment's parameters): `prefect deploy` by hand would
+    deploy it unbound, pointing the nightly refresh at data/configs/demo.yaml and another workspace.
+    """
+    from pipeline.orchestration.deployments import NotAProject, project_folder
+    from pipeline.orchestration.prefect_server import LocalServer, ServerError
+
+    try:
+        project = project_folder(project_dir)
+    except NotAProject as exc:
+        console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    config = _config()
+    config_path = _state.get("config_path")
+    server = LocalServer.of_workspace(config.workspace.prefect_home)
+    server.project = project
+    try:
+        bound = server.deploy(config.workspace.root, Path(config_path).resolve() if config_path else None)
+    except ServerError as exc:
+        console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        _print_server_notes(server)
+    console.print(f"deployed {bound} to {server.api_url}: runs write {config.workspace.root}", soft_wrap=True)
+
+
 @server_app.command("stop")
 def server_stop() -> None:
     """Stop the worker and the server this workspace started."""

@@ -236,6 +236,45 @@ def test_a_run_triggered_with_the_deployments_defaults_writes_only_in_the_projec
     assert checkout_workspaces() == checkout_before
 
 
+@needs_prefect
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_server_deploy_deploys_an_edited_cron_bound_to_the_same_config_and_workspace(served):
+    """Found by probing: the documented way to change the cron (edit, `prefect deploy`) pointed the nightly refresh at
+    data/configs/demo.yaml and the project's default workspace, without a word."""
+    spec_file = served.project / "deploy" / "prefect.yaml"
+    original = spec_file.read_text()
+    spec_file.write_text(original.replace('cron: "0 2 * * *"', 'cron: "30 3 * * *"'))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "pipeline.cli", "--config", "simulacra.yaml", "server", "deploy"],
+            cwd=served.project,
+            env={k: v for k, v in served.env.items() if not k.startswith("PREFECT_")},
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        spec_file.write_text(original)
+    assert done.returncode == 0, done.stdout + done.stderr
+    nightly = served.get("deployments/name/world-model-pipeline/nightly-data-refresh")
+    assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["30 3 * * *"]
+    assert nightly["parameters"]["config_path"] == str(served.project / "simulacra.yaml")
+    assert nightly["parameters"]["workspace"] == str(served.project / "ws")
+
+
+def test_server_deploy_without_a_running_server_says_how_to_start_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(
+        app, ["--set", f"workspace.path={tmp_path / 'ws'}", "server", "deploy", "--project-dir", str(REPO)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "this workspace's server is not running" in result.output and "server start" in result.output
+
+
 def checkout_workspaces() -> dict[str, tuple[int, int]]:
     """Every file under the checkout's possible workspace folders, with its size and modification time."""
     found = {}

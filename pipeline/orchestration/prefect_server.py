@@ -355,6 +355,22 @@ class LocalServer:
             self._stop(note=False)
             raise
 
+    def deploy(self, workspace: Path, config_path: Path | None) -> Path:
+        """Deploy deploy/prefect.yaml again to this workspace's running server, bound as `start` binds it: a cron or
+        a deployment edited since. `prefect deploy` by hand deploys the file as it is, which points the nightly
+        refresh at data/configs/demo.yaml and the project's default workspace (found by probing). Returns the bound
+        file."""
+        if self.project is None:
+            raise ServerError("no project folder to deploy from")
+        if self.pid("server") is None or not _healthy(self.api_url):
+            raise UserFixableError(
+                f"this workspace's server is not running (port {self.port}): `simulacra server start` with the same "
+                "--config starts it, and deploys"
+            )
+        deployments = write_bound(self.project, workspace, config_path, self.home)
+        self._prefect(["--no-prompt", "deploy", "--all", "--prefect-file", str(deployments)])
+        return deployments
+
     def _interrupt(self, role: str, signals: tuple[signal.Signals, ...], note: bool) -> bool:
         """Send the signals to the process group, a second apart; SIGKILL if it outlives the timeout.
         True when something was running: the process this workspace started, never one that has its pid now."""
