@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from prefect import get_run_logger
 from prefect.artifacts import (
     create_image_artifact,
     create_markdown_artifact,
@@ -119,12 +120,25 @@ class ProgressArtifact:
 
 @contextmanager
 def stage_progress(stage: str) -> Iterator[None]:
-    """Publishes the stage's progress bars (pipeline/progress.py) with a known total as `<stage>-progress`."""
+    """Publishes the stage's progress bars (pipeline/progress.py) with a known total as `<stage>-progress`; on a
+    server's worker, also as the plain lines a log gets (`cpt: 12/32 (38%), 0.05/s, elapsed 4:01, eta 6:40`) in the
+    run's own logs. The worker's log had them and the UI's Logs tab showed nothing for minutes of training (found by
+    probing). Not under `simulacra run`, whose terminal shows the bars already."""
+    from flows.concurrency import connected_to_server
+
     artifact = ProgressArtifact(stage_key(stage, "progress"), f"{stage}: share of the current step done")
+    lines: dict[str, progress.ProgressLines] = {}
+    logger = get_run_logger() if connected_to_server() else None
 
     def observe(description: str, completed: int, total: int | None) -> None:
         if total:
             artifact.report(100.0 * min(completed, total) / total, force=completed >= total)
+        if logger is not None:
+            if description not in lines:
+                lines[description] = progress.ProgressLines(
+                    description, total, lambda text, **_: logger.info("%s", text)
+                )
+            lines[description].advance(completed)
 
     progress.OBSERVERS.append(observe)
     try:

@@ -228,6 +228,22 @@ def test_a_stage_that_fills_the_disk_fails_with_the_fix_named_and_the_rerun_resu
     assert executions(tmp_path)["score"] == ["failed", "completed"]
 
 
+def test_a_run_on_a_server_logs_its_progress_lines_where_the_ui_shows_them(tmp_path):
+    """Found by probing: the Logs tab of a run training for minutes showed only "Beginning flow run"; its progress
+    went to the worker's log alone."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    state = world_model_pipeline(config_path=str(write_config(tmp_path)), return_state=True)
+    run_id = state.state_details.flow_run_id
+    APILogWorker.drain_all(timeout=30)  # logs are sent in batches, in the background
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+    messages = [log.message for log in logs]
+    assert any(message.startswith("filter: started, ") and message.endswith(" to do") for message in messages), messages
+
+
 def test_a_stage_waiting_for_the_gpu_slot_does_not_hold_the_store(tmp_path, monkeypatch):
     """Found by probing: a run queued for the `gpu` slot held the store's write lock while it waited, and the nightly
     refresh failed after 120 s behind it. While the slot is awaited, another process writes to the store."""

@@ -239,7 +239,14 @@ class LocalServer:
         return None if recorded is None else recorded[0]
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **prefect_environment(self.home), "PREFECT_API_URL": self.api_url}
+        # The project's own loggers reach the runs' logs in the UI (a stage waiting for the store said so in the
+        # worker's log alone, found by probing); a user's own choice of extra loggers stands.
+        return {
+            "PREFECT_LOGGING_EXTRA_LOGGERS": "pipeline",
+            **os.environ,
+            **prefect_environment(self.home),
+            "PREFECT_API_URL": self.api_url,
+        }
 
     def _spawn(self, role: str, arguments: list[str]) -> subprocess.Popen:
         with self.log_file(role).open("ab") as log:
