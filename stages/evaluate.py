@@ -409,7 +409,9 @@ PREDICTION_COLUMNS = (
 
 # A row whose prediction or judge request failed is the endpoint's failure: recorded, counted, and asked
 # again by the next run, even when the evaluation completed with it (a few failures do not fail the stage).
-FAILED_ROW = "(parse_status = 'generation_failed' OR coalesce(judge_invalid_reason LIKE 'request failed:%', false))"
+# An invalid judgement too: the judge's answers are checked as they arrive (pipeline/evaluation/tagged_judge.py
+# `verdict_rejection`), so one is a row stored before they were, asked again rather than reused.
+FAILED_ROW = "(parse_status = 'generation_failed' OR judge_invalid_reason IS NOT NULL)"
 
 
 def _done_queries(store, evaluation_id: str) -> set[str]:

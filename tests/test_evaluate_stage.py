@@ -319,12 +319,35 @@ def _reference(request: dict) -> str:
     return user.split("## Reference observation\n", 1)[1].split("\n\n## Predicted observation\n", 1)[0]
 
 
+VALID_JUDGEMENT = json.dumps(
+    {
+        "content_classes": ["deterministic output"],
+        "format": 5,
+        "factuality": 3,
+        "consistency": 4,
+        "realism": 4,
+        "quality": 4,
+        "rationale": "scripted",
+    }
+)
+
+
+def in_range(request: dict) -> str:
+    """`scripted`, its judge never out of range."""
+    return VALID_JUDGEMENT if "## Criteria" in request["messages"][0]["content"] else scripted(request)
+
+
+def _out_of_range(request: dict) -> bool:
+    """A judge request `scripted` answers out of range."""
+    return "## Criteria" in request["messages"][0]["content"] and _digest(_reference(request)) % 3 == 0
+
+
 def scripted(request: dict) -> str:
     """The judge (its system prompt has the criteria) scores 5/3/4/4/4, or out of range for a third of
     the references; anything else is a prediction request: a thinking block then an observation where the
     system prompt asks for the thinking format, the observation alone where it asks for the direct one."""
     if "## Criteria" in request["messages"][0]["content"]:
-        if _digest(_reference(request)) % 3 == 0:
+        if _out_of_range(request):
             return json.dumps(
                 {
                     "content_classes": [],
@@ -336,17 +359,7 @@ def scripted(request: dict) -> str:
                     "rationale": "out of range",
                 }
             )
-        return json.dumps(
-            {
-                "content_classes": ["deterministic output"],
-                "format": 5,
-                "factuality": 3,
-                "consistency": 4,
-                "realism": 4,
-                "quality": 4,
-                "rationale": "scripted",
-            }
-        )
+        return VALID_JUDGEMENT
     if "<think>" not in request["messages"][0]["content"]:
         return "total 0\n"
     return "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
@@ -368,7 +381,12 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
             root,
             baseline_history_turns=None,
             predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
-            judge={"kind": "llm", "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0}},
+            # A third of the judge's answers are out of range, every time: rejected as they arrive, failed requests
+            # (tolerated here), asked again by each run rather than stored as judged.
+            judge={
+                "kind": "llm",
+                "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0, "max_failed_fraction": 1.0},
+            },
         )
         folders = [
             str(root / "base-model"),
@@ -384,19 +402,23 @@ def test_llm_judge_and_a_served_checkpoint_over_http(prepared):
                 "SELECT e.model, p.judge_raw, p.judge_valid, p.format, p.factuality FROM eval_predictions p "
                 "JOIN evaluations e USING (evaluation_id) WHERE p.parse_status = 'ok'"
             )
-        answered = [json.dumps(e.body, sort_keys=True) for e in server.log if e.outcome == "answered"]
+        answered = [
+            json.dumps(e.body, sort_keys=True)
+            for e in server.log
+            if e.outcome == "answered" and not _out_of_range(e.body)
+        ]
 
     from pipeline.sft.sampling import judge_files_digest
 
     # The judge is named in the table and the report by its model and its prompt's digest (issue 18).
     assert result.metrics["judge"] == f"llm:openai:judge-model prompt:rubric@{judge_files_digest()}"
     assert json.loads(Path(result.metrics["report"]).read_text())["judge"] == result.metrics["judge"]
-    assert len(server.log) == asked  # the third run reused everything
+    invalid = [row for row in judged if not row["judge_valid"]]
+    assert len(server.log) - asked == len(invalid)  # the third run asked again only the judgements that were none
     assert not [body for body, n in Counter(answered).items() if n > 1]  # failed run + rerun: nothing asked twice
     served = {e.body["model"] for e in server.log if e.body["model"] != "judge-model"}
     assert served == {str(Path(folder).resolve()) for folder in folders}
     overall = {row["model"]: row for row in result.tables["evaluate-table"] if row["domain"] == "all"}
-    invalid = [row for row in judged if not row["judge_valid"]]
     assert len(judged) == 12 and 0 < len(invalid) < 12
     assert all(row["judge_raw"] is None for row in invalid)
     assert all(
@@ -418,7 +440,7 @@ def test_a_judge_request_that_failed_is_asked_again_by_the_next_run(prepared):
 
     root = _copy(prepared, "judge-failed")
     prediction = "<think>\nThe command prints a listing.\n</think>\n\ntotal 0\n"
-    with OpenAIServer(answer=scripted) as server:
+    with OpenAIServer(answer=in_range) as server:
         endpoint = {
             "backend": "openai",
             "base_url": server.base_url,
@@ -433,7 +455,7 @@ def test_a_judge_request_that_failed_is_asked_again_by_the_next_run(prepared):
             predictor={**endpoint, "model": "{checkpoint}", "temperature": 0.0, "max_tokens": 640},
             judge={
                 "kind": "llm",
-                "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0, "max_failed_fraction": 0.5},
+                "endpoint": {**endpoint, "model": "judge-model", "temperature": 0.0, "max_failed_fraction": 1.0},
             },
         )
         folders = [str(root / "base-model")]

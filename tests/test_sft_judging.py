@@ -106,10 +106,12 @@ def test_llm_judge_over_http_scores_validates_and_sends_the_rubric_and_schema(st
         judge = LLMJudge(open_client(endpoint, store, "sft.judge"), history_turns=2)
         verdicts = judge.pointwise([PointwiseItem(_query(), text) for text in answers])
         sent = [entry.body for entry in server.log]
+    # Answers that are no judgement are rejected as they arrive (`pointwise_rejection`): failed requests, which the
+    # next run asks again, never judgements stored as done.
     assert [(v.valid, v.score, v.invalid_reason) for v in verdicts] == [
         (True, 4.0, None),
-        (False, 0.0, "out of range: format"),
-        (False, 0.0, "not JSON"),
+        (False, 0.0, "request failed: rejected answer: out of range: format"),
+        (False, 0.0, "request failed: rejected answer: not JSON"),
     ]
     assert all(body["response_format"]["type"] == "json_schema" for body in sent)
     schema = sent[0]["response_format"]["json_schema"]["schema"]

@@ -66,8 +66,9 @@ def _digest(text: str) -> int:
 
 
 def scripted_answer(request: dict) -> str:
-    """Deterministic answers by role (told apart by their system prompts), with every path exercised:
-    candidates that do not parse, judge answers out of range and not JSON, judges biased to a position."""
+    """Deterministic answers by role (told apart by their system prompts): candidates that do not parse, judges
+    biased to a position. A judge's answers that are no judgement are rejected as they arrive and asked again
+    (test_a_judge_answering_prose_fails_the_stage_and_its_rerun_asks_again)."""
     system, last = request["messages"][0]["content"], request["messages"][-1]["content"]
     if system.startswith(GENERATOR_OPENING):
         variant = _digest(json.dumps(request["messages"]) + str(request.get("seed"))) % 6
@@ -76,22 +77,7 @@ def scripted_answer(request: dict) -> str:
         return f"<think>\nThe action `{last[:40]}` prints its result.\n</think>\n\nresult {variant}\n"
     prediction = last.split("## Predicted observation\n")[-1]
     if "## Criteria" in system:
-        value = _digest(prediction) % 7
-        if value == 6:
-            return json.dumps(
-                {
-                    "content_classes": [],
-                    "format": 9,
-                    "factuality": 1,
-                    "consistency": 1,
-                    "realism": 1,
-                    "quality": 1,
-                    "rationale": "out of range",
-                }
-            )
-        if value == 5:
-            return "A fine prediction."
-        score = 1 + value % 5
+        score = 1 + _digest(prediction) % 5
         return json.dumps(
             {
                 "content_classes": ["deterministic output"],
@@ -231,7 +217,6 @@ def test_sigkill_mid_sampling_then_rerun_asks_nothing_twice_and_equals_an_uninte
     tables = table_rows(killed)
     statuses = Counter(row[10] for row in tables["sft_candidates"])  # parse_status
     assert statuses["ok"] > 0 and statuses["missing_think"] > 0
-    assert any(row[13] is False for row in tables["judgements"])  # an invalid judge answer, recorded
 
     # The key was sent (so the grep below can fail) and is nowhere else.
     assert authorizations == {f"Bearer {KEY}"}
@@ -525,6 +510,60 @@ def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_ech
     assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): 6 candidate(s) held the API key")
     assert "echoes credentials" in message and "min_score" not in message and "stronger generator" not in message
     assert KEY not in message
+
+
+def test_a_judge_answering_prose_fails_the_stage_and_its_rerun_asks_again(prepared):
+    """Found by probing: a judge answering prose with HTTP 200 left every query `no_valid_judgement`, the stage
+    advised lowering sft.min_score, and the rerun after the judge was fixed asked nothing: the invalid judgements
+    were stored as done, and the garbage cached. Now an answer that is no judgement is rejected as it arrives,
+    retried, counted as a failed request, and asked again by the next run."""
+    from pipeline.llm.client import EndpointFailed
+    from stages import sft
+
+    root = workspace_copy(prepared, "prose-judge")
+    fixed = threading.Event()
+
+    def judge_fixed_later(request: dict) -> str:
+        system = request["messages"][0]["content"]
+        if "## Criteria" in system and not fixed.is_set():
+            return "A fine prediction."
+        return scripted_answer(request)
+
+    with OpenAIServer(answer=judge_fixed_later) as server:
+        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 1}
+        config = load_config(
+            None,
+            [
+                {
+                    "workspace": {"path": str(root / "workspace")},
+                    "model": {"base": str(root / "base-model")},
+                    "answers": {"thinking": True},
+                    "validation": {"max_queries": 2, "max_tokens": 1024},
+                    "sft": {
+                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
+                        "judge": {"kind": "llm", "endpoint": endpoint},
+                        "base_model": str(root / "base-model"),
+                        "max_queries": 3,
+                        "max_length": 1024,
+                    },
+                }
+            ],
+        )
+        with Store(config.workspace.database_path) as store, pytest.raises(EndpointFailed) as failed:
+            sft.prepare(config, store)
+        assert "sft.judge:" in str(failed.value) and "rejected answer" in str(failed.value)
+        assert "not JSON" in str(failed.value) and "min_score" not in str(failed.value)
+        prose = [e for e in server.log if e.answer == "A fine prediction."]
+        assert prose and len(prose) % 2 == 0  # each asked twice: the answer and its one retry
+
+        fixed.set()
+        asked_before = len(server.log)
+        with Store(config.workspace.database_path) as store:
+            sft.prepare(config, store)
+            invalid = store.scalar("SELECT count(*) FROM judgements WHERE invalid_reason IS NOT NULL")
+        judged_again = [e for e in server.log[asked_before:] if "## Criteria" in e.body["messages"][0]["content"]]
+    assert invalid == 0
+    assert len(judged_again) == len(prose) // 2  # every judgement that was none, asked once more; nothing else
 
 
 def test_when_no_candidate_parsed_the_stage_names_the_thinking_format_not_a_threshold(prepared):

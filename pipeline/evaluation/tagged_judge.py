@@ -49,6 +49,11 @@ def prompts_digest() -> str:
     return files_digest([prompt_path(PROMPT), *rubric_files()])
 
 
+def verdict_rejection(text: str) -> str | None:
+    """For the LLM client's `accept`: why an answer holds no verdict (retried, then a failed request), or None."""
+    return parse_verdict(text).invalid_reason
+
+
 def parse_verdict(text: str | None, error: str | None = None) -> Verdict:
     if text is None:
         return Verdict(INVALID_SCORE, False, invalid_reason=f"request failed: {error}")
@@ -104,5 +109,5 @@ class TaggedJudge:
             )
             for item in items
         ]
-        answers = self.client.complete_sync(requests) if requests else []
+        answers = self.client.complete_sync(requests, accept=verdict_rejection) if requests else []
         return [parse_verdict(answer.text, answer.error) for answer in answers]

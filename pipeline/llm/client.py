@@ -94,6 +94,10 @@ class ChatClient:
         keys = [cache_key(record) for record in records]
         settled: dict[str, ChatAnswer] = {}
         for key, answer in self.cache.answers(sorted(set(keys))).items():
+            if accept is not None and accept(answer.text) is not None:
+                # Stored before its caller checked answers (a judge's garbage, found by probing: it was reused by
+                # every rerun, the stage poisoned for good): asked again, as a failed request is.
+                continue
             settled[key] = ChatAnswer(key, answer.text, None, True, answer.prompt_tokens, answer.completion_tokens)
         pending: dict[str, _Pending] = {}
         for key, request, record in zip(keys, requests, records):

@@ -13,7 +13,15 @@ from collections.abc import Sequence
 
 from pipeline.rewards.rubrics import load_rubric, prompt_text
 from pipeline.rl.prompts import RLPrompt
-from pipeline.sft.judging import PointwiseAnswer, Verdict, _context, _cut, _json_schema_format, validate_pointwise
+from pipeline.sft.judging import (
+    PointwiseAnswer,
+    Verdict,
+    _context,
+    _cut,
+    _json_schema_format,
+    pointwise_rejection,
+    validate_pointwise,
+)
 from pipeline.sft.queries import Query
 from pipeline.store.schema import ScoredTurn, SystemPrompt
 
@@ -66,5 +74,5 @@ class RubricJudge:
             ChatRequest(self.messages(prompt, prediction), response_format=self.response_format)
             for prompt, prediction in items
         ]
-        answers = await self.client.complete(requests)
+        answers = await self.client.complete(requests, accept=pointwise_rejection)
         return [validate_pointwise(answer.text, answer.error) for answer in answers]

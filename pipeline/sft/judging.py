@@ -133,6 +133,18 @@ def validate_pairwise(text: str | None, error: str | None = None) -> Preference:
     return Preference(answer.winner, True, raw=text)
 
 
+def pointwise_rejection(text: str) -> str | None:
+    """For the LLM client's `accept`: why a pointwise answer is no judgement, or None. A judge's garbage is then
+    retried as a failed request is, counted against `max_failed_fraction`, never stored as done (found by probing:
+    a judge answering prose with HTTP 200 left every query "no_valid_judgement", and the rerun asked nothing)."""
+    return validate_pointwise(text).invalid_reason
+
+
+def pairwise_rejection(text: str) -> str | None:
+    """`pointwise_rejection` for a pairwise answer."""
+    return validate_pairwise(text).invalid_reason
+
+
 def _reason(exc: ValueError) -> str:
     """A short, stable reason: `not JSON`, or the first schema violation with its field."""
     if isinstance(exc, ValidationError):
@@ -188,7 +200,7 @@ class LLMJudge:
             )
             for item in items
         ]
-        answers = self.client.complete_sync(requests) if requests else []
+        answers = self.client.complete_sync(requests, accept=pointwise_rejection) if requests else []
         return [validate_pointwise(answer.text, answer.error) for answer in answers]
 
     def agreement(self, item: PointwiseItem, criteria: Mapping[str, float | None]) -> float | None:
@@ -214,7 +226,7 @@ class LLMJudge:
             )
             for item in items
         ]
-        answers = self.client.complete_sync(requests) if requests else []
+        answers = self.client.complete_sync(requests, accept=pairwise_rejection) if requests else []
         return [validate_pairwise(answer.text, answer.error) for answer in answers]
 
 

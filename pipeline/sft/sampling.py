@@ -40,7 +40,9 @@ from pipeline.sft.selection import SELECTION_RULES, Contender, Rules, competitor
 
 GENERATOR_PROMPT = "sft_generator"
 FAILED_CANDIDATE = "parse_status = 'generation_failed'"
-FAILED_JUDGEMENT = "invalid_reason LIKE 'request failed:%'"  # pipeline/sft/judging.py's validate_*
+# A request that failed, and any judgement that is no judgement: the judge's answers are checked as they arrive
+# (pipeline/sft/judging.py `pointwise_rejection`), so an invalid row is one stored before they were, asked again.
+FAILED_JUDGEMENT = "invalid_reason IS NOT NULL"
 JUDGE_PROMPTS = ("sft_judge_pointwise", "sft_judge_pairwise")
 
 
