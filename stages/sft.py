@@ -461,6 +461,9 @@ def prepare(config, store) -> Plan:
         "queries_unfittable": unfittable,
         "kept": kept,
         "retention": kept / len(queries),
+        # Queries whose generator or judge request failed, tolerated under max_failed_fraction: no sample row, so
+        # neither kept nor discarded, and left out of this run's training.
+        "undecided": len(queries) - len(selections),
         "answer_format": stage_format(STAGE, thinking).name,
         **sampled,
         **{k: v for k, v in stats.items() if not isinstance(v, dict)},
@@ -583,9 +586,18 @@ def _summary(metrics: dict[str, Any]) -> str:
         else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})"
     )
     started = f"from {model_words(metrics['base_model'])}, " if metrics.get("base_model") else ""
+    # Found by probing: a query whose request failed read as not kept, and the rerun said "already trained".
+    undecided = (
+        f"; {n} undecided (a generator or judge request failed, under max_failed_fraction: not trained on; this "
+        "run's folder is done, so remove it and rerun to ask them again)"
+        if (n := metrics.get("undecided"))
+        else ""
+    )
     return (
         f"{started}{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
-        f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}" + (f"; {scored}" if scored else "")
+        f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}"
+        + (f"; {scored}" if scored else "")
+        + undecided
     )
 
 

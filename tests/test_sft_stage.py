@@ -578,3 +578,15 @@ def test_when_no_candidate_parsed_the_stage_names_the_thinking_format_not_a_thre
     message = refusal_with_endpoint(workspace_copy(prepared, "unparsed"), plain, answers={"thinking": True})
     assert message.startswith("sft kept none of 3 queries (no_parsed_candidate 3): no candidate parsed in the thinking")
     assert "rationale: true" in message and "answers.thinking: false" in message and "min_score" not in message
+
+
+def test_the_summary_counts_the_queries_a_tolerated_failure_left_undecided():
+    """Found by probing: a query whose request failed (under max_failed_fraction) read as not kept, and the rerun
+    said "already trained" without a word of how to ask it again."""
+    from stages.sft import _summary
+
+    metrics = {"selection": "v1", "kept": 5, "queries": 6, "retention": 5 / 6, "train_sequences": 5, "global_step": 2}
+    assert "undecided" not in _summary({**metrics, "undecided": 0})
+    line = _summary({**metrics, "undecided": 1})
+    assert "5 of 6 queries kept" in line and "; 1 undecided (a generator or judge request failed" in line
+    assert "remove it and rerun to ask them again" in line
