@@ -192,3 +192,14 @@ def test_complete_runs_in_an_event_loop_of_the_caller(server, store):
 )
 def test_the_progress_line_shows_tokens_once_usage_is_reported(tally, line):
     assert tally.line() == line
+
+
+def test_a_base_url_without_v1_is_named_in_the_404(server, store):
+    """Found by probing: `http://host:8000` for an OpenAI-compatible server failed every request with "http 404: no
+    route /chat/completions", naming no setting."""
+    client = open_client(endpoint(server, base_url=server.base_url.removesuffix("/v1"), max_retries=0), store, "judge")
+    [answer] = client.complete_sync([ask("ls")])
+    assert answer.text is None and "http 404" in answer.error
+    assert f"base_url {server.base_url.removesuffix('/v1')} has no /v1" in answer.error
+    with pytest.raises(EndpointFailed, match="has no /v1"):
+        client.check_failures()

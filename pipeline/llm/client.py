@@ -159,7 +159,9 @@ class ChatClient:
                     if self.policy.cuts(error.retry_after_s)
                     else ""
                 )
-                log.info(
+                # A warning: at info no handler showed it under `simulacra <stage>`, and five capped waits of a
+                # minute read as a hang (found by probing).
+                log.warning(
                     "%s: %d request(s) failed with %s; retry %d of %d in %.2f s%s",
                     self.role,
                     len(again),

@@ -22,7 +22,7 @@ from typing import Any
 from pipeline.config.llm import EndpointConfig
 from pipeline.llm.cache import sampling_parameters
 from pipeline.llm.chat import ChatRequest, Completion
-from pipeline.llm.credentials import redact
+from pipeline.llm.credentials import public_url, redact
 from pipeline.llm.retry import EndpointError
 from pipeline.llm.thinking_format import THINK_OPEN, render_thinking_output
 
@@ -147,9 +147,14 @@ class OpenAIBackend:
             ) from None
         except openai.APIStatusError as exc:
             status = exc.status_code
+            detail = redact(exc.message, self._api_key)
+            if status == 404 and not self.endpoint.base_url.rstrip("/").endswith("/v1"):
+                # Found by probing: `http://host:8000` for vLLM answered 404 "no route /chat/completions", named no
+                # field, and the field's own description says "up to /v1".
+                detail += f" (the endpoint's base_url {public_url(self.endpoint.base_url)} has no /v1: OpenAI-compatible servers serve /v1/chat/completions)"
             raise EndpointError(
                 f"http {status}",
-                redact(exc.message, self._api_key),
+                detail,
                 retryable=status in RETRYABLE_STATUS or status >= 500,
                 retry_after_s=retry_after_s(exc.response.headers),
             ) from None
