@@ -420,7 +420,7 @@ def train(config, plan: Plan) -> None:
     reason = learned_nothing_reason(outcome)
     if reason is not None and rl.fail_when_nothing_learned:
         # No trained.json: the run stays incomplete, and a rerun with other settings is a new run.
-        raise RLLearnedNothing(f"rl: {reason}")
+        raise RLLearnedNothing(reason)  # the CLI and the flow name the stage
     write_model_format(plan.model_dir, fmt)
     # The reward RL optimises, on its own prompts, by the model it started from and the one it trained.
     prompt_rewards = {

@@ -34,6 +34,18 @@ def test_learned_nothing_reasons(history, changed, expected):
         assert reason.startswith(expected) and "rl.max_completion_length" in reason
 
 
+def test_the_reason_names_completions_never_in_the_thinking_format_and_ones_cut_at_the_limit():
+    """Found by probing: a thinking RL run whose completions never held a thinking block (each scored 0) was told to
+    give num_generations or temperature room to vary."""
+    flat = {"grad_norm": 0.0, "frac_reward_zero_std": 1.0}
+    untagged = learned_nothing_reason(outcome([{**flat, "completions/missing_tags_rate": 1.0}] * 2, None, 10))
+    assert "no completion was in the thinking format" in untagged and "answers.thinking: false" in untagged
+    clipped = learned_nothing_reason(outcome([{**flat, "completions/clipped_ratio": 1.0}] * 2, None, 10))
+    assert "every completion ran to rl.max_completion_length" in clipped
+    some = learned_nothing_reason(outcome([{**flat, "completions/missing_tags_rate": 0.5}] * 2, None, 10))
+    assert "thinking format" not in some
+
+
 def test_a_parameter_signature_sees_an_update():
     import torch
 

@@ -97,6 +97,19 @@ def learned_nothing_reason(outcome: "GSPOOutcome") -> str | None:
         return None
     if flat and all(value == 1 for value in flat):
         why += ": every group's completions got the same reward (frac_reward_zero_std 1), so every advantage was 0"
+    # What made every reward alike, where the logs say (found by probing: a thinking run whose completions never held
+    # a thinking block was told to vary its temperature).
+    untagged = [
+        entry["completions/missing_tags_rate"] for entry in outcome.history if "completions/missing_tags_rate" in entry
+    ]
+    if untagged and all(rate == 1 for rate in untagged):
+        why += (
+            "; no completion was in the thinking format (completions/missing_tags_rate 1), so each scored 0: start RL "
+            "from a checkpoint SFT trained to think, or set answers.thinking: false"
+        )
+    clipped = [entry["completions/clipped_ratio"] for entry in outcome.history if "completions/clipped_ratio" in entry]
+    if clipped and all(ratio == 1 for ratio in clipped):
+        why += "; every completion ran to rl.max_completion_length (completions/clipped_ratio 1)"
     return (
         why + "; give rl.num_generations or rl.temperature room to vary, check that rl.max_completion_length "
         "holds a whole answer, and that the reward can tell completions apart"
