@@ -42,7 +42,9 @@ def redact_stored_overrides(parameters: dict[str, Any]) -> None:
 
     context = FlowRunContext.get()
     flow_run = context.flow_run if context is not None else None
-    stored = (flow_run.parameters or {}).get("overrides") if flow_run is not None else None
+    if flow_run is None:
+        return
+    stored = (flow_run.parameters or {}).get("overrides")
     if not stored or not isinstance(stored, list):
         return
     remember_environment_keys(endpoints(_run_config(parameters)))

@@ -148,10 +148,11 @@ class OpenAIBackend:
         except openai.APIStatusError as exc:
             status = exc.status_code
             detail = redact(exc.message, self._api_key)
-            if status == 404 and not self.endpoint.base_url.rstrip("/").endswith("/v1"):
+            base_url = self.endpoint.base_url or ""
+            if status == 404 and not base_url.rstrip("/").endswith("/v1"):
                 # Found by probing: `http://host:8000` for vLLM answered 404 "no route /chat/completions", named no
                 # field, and the field's own description says "up to /v1".
-                detail += f" (the endpoint's base_url {public_url(self.endpoint.base_url)} has no /v1: OpenAI-compatible servers serve /v1/chat/completions)"
+                detail += f" (the endpoint's base_url {public_url(base_url)} has no /v1: OpenAI-compatible servers serve /v1/chat/completions)"
             raise EndpointError(
                 f"http {status}",
                 detail,
