@@ -149,6 +149,7 @@ def _execute(config: SimulacraConfig, stage: str, fingerprint: str) -> StageOutc
             with gpu_slot(config, stage), stage_progress(stage):
                 completed = stage_runs.completed_run(store, stage, fingerprint)
                 if completed is not None:  # the run that held the slot did the same work meanwhile
+                    stage_runs.record_skip(store, completed)
                     return StageOutcome.of("skipped", fingerprint, completed.result())
                 result = stage_runs.execute(store, stage, fingerprint, lambda: runner(config, store))
     publish_stage(stage, fingerprint, result)
