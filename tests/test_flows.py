@@ -268,6 +268,38 @@ def test_a_stage_waiting_for_the_gpu_slot_does_not_hold_the_store(tmp_path, monk
     assert writes == DATA_STAGES
 
 
+def test_a_stage_whose_work_another_run_did_while_it_waited_for_the_slot_is_skipped(tmp_path, monkeypatch):
+    """A second run queued for the `gpu` slot behind a run of the same stage and inputs: once it has the slot, the
+    store says the work is done, and it is skipped rather than done twice."""
+    from contextlib import contextmanager
+
+    import flows.dag
+    import stages.score
+    from pipeline.config import load_config
+    from pipeline.orchestration.fingerprint import stage_fingerprint
+
+    config_path = write_config(tmp_path)
+
+    @contextmanager
+    def slot_held_by_a_run_of_the_same_stage(config, stage):
+        if stage == "score":
+            other = load_config(config_path, [])
+            with Store(tmp_path / "ws" / "simulacra.duckdb") as store:
+                fingerprint = stage_fingerprint(other, store, "score")
+                stage_runs.execute(store, "score", fingerprint, lambda: stages.score.run(other, store))
+        yield
+
+    monkeypatch.setattr(flows.dag, "gpu_slot", slot_held_by_a_run_of_the_same_stage)
+    outcomes = world_model_pipeline(config_path=str(config_path))
+    assert [(o.stage, o.status) for o in outcomes] == [
+        ("ingest", "ran"),
+        ("filter", "ran"),
+        ("score", "skipped"),
+        ("split", "ran"),
+    ]
+    assert executions(tmp_path)["score"] == ["completed", "skipped"]
+
+
 def test_a_ctrl_c_duckdb_caught_mid_query_leaves_the_run_crashed_not_failed(tmp_path, monkeypatch):
     """ctrl-C while DuckDB runs a query reaches Python as DuckDB's InterruptException, an Exception: Prefect recorded
     the flow run FAILED, as if the stage had a fault. Here filter's query is interrupted for real, from another
