@@ -709,6 +709,16 @@ def test_gymnasium_env_refuses_what_it_cannot_carry_out_and_a_failed_request_is_
     assert env.reset(seed=0)[1] == {"task": SYSTEM.task_description} and env.step("ls")[4]["steps"] == 1
 
 
+def test_an_environment_asking_for_a_model_the_server_does_not_serve_names_the_one_it_does(server):
+    """Found by probing: a misspelt model name read "the endpoint does not say which prompt format wrong-model uses
+    (not `simulacra serve`?)", though it was `simulacra serve`."""
+    from pipeline.serving.episode import EpisodeSpec
+    from pipeline.serving.gym_env import WorldModelEnv
+
+    with pytest.raises(ValueError, match="model `wrong-model` is not served at .*; it serves `world-model-test`"):
+        WorldModelEnv(server, "wrong-model", "terminal", EpisodeSpec("count the notes"))
+
+
 DIRECT_FORMAT = prompt_format("sft", thinking=False)
 DIRECT_QUERY = world_model_messages(DIRECT_FORMAT, "terminal", SYSTEM, TURNS, "wc -l notes.txt")
 # A second taught answer: the environment of an agent that ran `env` with its own token set.

@@ -90,10 +90,19 @@ class WorldModelEnvironment:
         self.last_history_sent = 0
 
     def _served(self) -> dict[str, Any]:
-        for entry in self.client.models.list().data:
+        listed = self.client.models.list().data
+        for entry in listed:
             described = (entry.model_extra or {}).get("simulacra")
             if entry.id == self.model and described:
                 return described
+        described_models = [entry.id for entry in listed if (entry.model_extra or {}).get("simulacra")]
+        if described_models and self.model not in {entry.id for entry in listed}:
+            # A misspelt or stale name at `simulacra serve`: said as such, not as a server that describes nothing
+            # (found by probing).
+            raise ValueError(
+                f"model `{self.model}` is not served at {self.client.base_url}; it serves "
+                f"{', '.join(f'`{name}`' for name in described_models)}"
+            )
         raise ValueError(
             f"the endpoint does not say which prompt format {self.model} uses (not `simulacra serve`?): pass "
             "prompt_format, enable_thinking and max_history_chars, as recorded in the exported folder's "
