@@ -809,30 +809,37 @@ server_app = typer.Typer(
 app.add_typer(server_app, name="server")
 
 
+ProjectDirOption = Annotated[
+    Path | None,
+    typer.Option(help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."),
+]
+
+
+def _project(project_dir: Path | None) -> Path:
+    """The project folder the deployments run in, or one line and status 2."""
+    from pipeline.orchestration.deployments import NotAProject, project_folder
+
+    try:
+        return project_folder(project_dir)
+    except NotAProject as exc:
+        console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 @server_app.command("start")
 def server_start(
     port: Annotated[int, typer.Option(help="Port of the server and its UI, on 127.0.0.1.")] = 4200,
     gpu_slots: Annotated[int, typer.Option(help="Slots of the `gpu` concurrency limit: GPUs on this machine.")] = 1,
-    project_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."
-        ),
-    ] = None,
+    project_dir: ProjectDirOption = None,
 ) -> None:
     """Start the server and a worker in the background, create the pools, deploy deploy/prefect.yaml.
 
     The deployments run in the project folder and hand their flow runs this command's config and
     workspace as absolute paths, so runs from the UI write where this command's CLI would.
     """
-    from pipeline.orchestration.deployments import NotAProject, project_folder
     from pipeline.orchestration.prefect_server import LocalServer, ServerError
 
-    try:
-        project = project_folder(project_dir)
-    except NotAProject as exc:
-        console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    project = _project(project_dir)
     config = _config()
     config_path = _state.get("config_path")
     server = LocalServer(config.workspace.prefect_home, port, project)
@@ -855,27 +862,15 @@ def server_start(
 
 
 @server_app.command("deploy")
-def server_deploy(
-    project_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Project folder flow runs execute in (holds deploy/prefect.yaml). Default: the current folder."
-        ),
-    ] = None,
-) -> None:
+def server_deploy(project_dir: ProjectDirOption = None) -> None:
     """Deploy deploy/prefect.yaml again to this workspace's running server, bound to this config and workspace.
 
     After editing the file (the nightly refresh's cron, a deployment's parameters): `prefect deploy` by hand would
     deploy it unbound, pointing the nightly refresh at data/configs/demo.yaml and another workspace.
     """
-    from pipeline.orchestration.deployments import NotAProject, project_folder
     from pipeline.orchestration.prefect_server import LocalServer, ServerError
 
-    try:
-        project = project_folder(project_dir)
-    except NotAProject as exc:
-        console.print(f"[red]server:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    project = _project(project_dir)
     config = _config()
     config_path = _state.get("config_path")
     server = LocalServer.of_workspace(config.workspace.prefect_home)

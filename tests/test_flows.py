@@ -431,41 +431,23 @@ def test_a_configured_key_is_redacted_from_the_stored_overrides_wherever_it_is(
     assert key not in json.dumps(stored)
 
 
-def test_the_run_uses_the_overrides_as_given_and_prefect_stores_them_redacted(tmp_path, monkeypatch):
-    from prefect import get_client
-
-    from flows import world_model
-    from pipeline.llm.credentials import REDACTED
-
-    # Not in a provider's shape: a value of that shape is refused by the config itself (tests/test_config.py), and
-    # this is the redaction of a key the run knows (its environment's), whatever it looks like.
-    key = f"simulacra-{uuid.uuid4().hex}"
-    monkeypatch.setenv("OPENAI_API_KEY", key)
-    used = []
-    monkeypatch.setattr(world_model, "run_stages", lambda config, stages: used.append(config) or [])
-    url = f"http://127.0.0.1:9/v1/{key}"
-    state = world_model_pipeline(
-        config_path=str(write_config(tmp_path)), overrides=[f"sft.judge.endpoint.base_url={url}"], return_state=True
-    )
-    with get_client(sync_client=True) as client:
-        stored = client.read_flow_run(state.state_details.flow_run_id).parameters
-    assert stored["overrides"] == [f"sft.judge.endpoint.base_url=http://127.0.0.1:9/v1/{REDACTED}"]
-    assert used[0].sft.judge.endpoint.base_url == url
-
-
-def test_a_run_the_server_stored_with_its_key_rewrites_its_stored_overrides_redacted(tmp_path, monkeypatch):
-    """Found by probing: a run started from the UI or the API is stored by Prefect's server as it was typed
-    (`serialize_parameters` runs only where the flow is called in the process), and the run's Parameters tab showed
-    the key. Stored so here (the base Flow's serialisation), the run rewrites them redacted as it starts."""
+@pytest.mark.parametrize("stored_as_typed", [False, True], ids=["called in the process", "started by the server"])
+def test_the_run_uses_the_overrides_as_given_and_prefect_stores_them_redacted(tmp_path, monkeypatch, stored_as_typed):
+    """Called in the process, the flow's `serialize_parameters` stores the overrides redacted. Found by probing: a run
+    started from the UI or the API is stored by Prefect's server as it was typed, and its Parameters tab showed the
+    key; stored so here (the base Flow's serialisation), the run rewrites them redacted as it starts."""
     from prefect import Flow, get_client
 
     from flows import world_model
     from flows.stored_parameters import PipelineFlow
     from pipeline.llm.credentials import REDACTED
 
+    # Not in a provider's shape: a value of that shape is refused by the config itself (tests/test_config.py), and
+    # this is the redaction of a key the run knows (its environment's), whatever it looks like.
     key = f"simulacra-{uuid.uuid4().hex}"
     monkeypatch.setenv("OPENAI_API_KEY", key)
-    monkeypatch.setattr(PipelineFlow, "serialize_parameters", Flow.serialize_parameters)
+    if stored_as_typed:
+        monkeypatch.setattr(PipelineFlow, "serialize_parameters", Flow.serialize_parameters)
     used = []
     monkeypatch.setattr(world_model, "run_stages", lambda config, stages: used.append(config) or [])
     url = f"http://127.0.0.1:9/v1/{key}"

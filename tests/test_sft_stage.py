@@ -473,27 +473,32 @@ def refusal_with_endpoint(root: Path, answer, **sections) -> str:
     from stages import sft
 
     with OpenAIServer(answer=answer) as server:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 0}
-        config = load_config(
-            None,
-            [
-                {
-                    "workspace": {"path": str(root / "workspace")},
-                    "model": {"base": str(root / "base-model")},
-                    "sft": {
-                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
-                        "judge": {"kind": "llm", "endpoint": endpoint},
-                        "base_model": str(root / "base-model"),
-                        "max_queries": 3,
-                        "max_length": 1024,
-                    },
-                    **sections,
-                }
-            ],
-        )
+        config = endpoint_config(root, server, max_retries=0, **sections)
         with Store(config.workspace.database_path) as store, pytest.raises(UserFixableError) as refused:
             sft.prepare(config, store)
     return str(refused.value)
+
+
+def endpoint_config(root: Path, server: OpenAIServer, max_retries: int, **sections):
+    """SFT from the test server alone (generator and judge): 3 queries, 2 candidates each."""
+    endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": max_retries}
+    return load_config(
+        None,
+        [
+            {
+                "workspace": {"path": str(root / "workspace")},
+                "model": {"base": str(root / "base-model")},
+                "sft": {
+                    "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
+                    "judge": {"kind": "llm", "endpoint": endpoint},
+                    "base_model": str(root / "base-model"),
+                    "max_queries": 3,
+                    "max_length": 1024,
+                },
+                **sections,
+            }
+        ],
+    )
 
 
 def test_when_every_candidate_held_the_key_the_stage_names_the_endpoint_that_echoes_it(prepared, monkeypatch):
@@ -530,24 +535,12 @@ def test_a_judge_answering_prose_fails_the_stage_and_its_rerun_asks_again(prepar
         return scripted_answer(request)
 
     with OpenAIServer(answer=judge_fixed_later) as server:
-        endpoint = {"backend": "openai", "base_url": server.base_url, "model": "test-model", "max_retries": 1}
-        config = load_config(
-            None,
-            [
-                {
-                    "workspace": {"path": str(root / "workspace")},
-                    "model": {"base": str(root / "base-model")},
-                    "answers": {"thinking": True},
-                    "validation": {"max_queries": 2, "max_tokens": 1024},
-                    "sft": {
-                        "generators": [{"kind": "endpoint", "samples": 2, "endpoint": {**endpoint, "max_tokens": 640}}],
-                        "judge": {"kind": "llm", "endpoint": endpoint},
-                        "base_model": str(root / "base-model"),
-                        "max_queries": 3,
-                        "max_length": 1024,
-                    },
-                }
-            ],
+        config = endpoint_config(
+            root,
+            server,
+            max_retries=1,
+            answers={"thinking": True},
+            validation={"max_queries": 2, "max_tokens": 1024},
         )
         with Store(config.workspace.database_path) as store, pytest.raises(EndpointFailed) as failed:
             sft.prepare(config, store)
