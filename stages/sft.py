@@ -586,6 +586,15 @@ def _summary(metrics: dict[str, Any]) -> str:
         else f"{metrics['kept']} of {metrics['queries']} queries kept ({metrics['retention']:.1%})"
     )
     started = f"from {model_words(metrics['base_model'])}, " if metrics.get("base_model") else ""
+    # Found by probing: half the candidates failed the thinking format (`unclosed_think`, `extra_think_tag`) and the
+    # line said "6 of 6 queries kept"; the counts were in a Prefect artifact alone.
+    statuses = {key.removeprefix("candidates."): n for key, n in metrics.items() if key.startswith("candidates.") and n}
+    parsed = ""
+    if statuses:
+        failed = sorted(((n, status) for status, n in statuses.items() if status != "ok"), reverse=True)
+        parsed = f"; candidates parsed {statuses.get('ok', 0)} of {sum(statuses.values())}" + (
+            f" ({', '.join(f'{status} {n}' for n, status in failed)})" if failed else ""
+        )
     # Found by probing: a query whose request failed read as not kept, and the rerun said "already trained".
     undecided = (
         f"; {n} undecided (a generator or judge request failed, under max_failed_fraction: not trained on; this "
@@ -597,6 +606,8 @@ def _summary(metrics: dict[str, Any]) -> str:
         f"{started}{metrics.get('answer_format', 'thinking')} format: {kept}{passed}, "
         f"{metrics['train_sequences']} samples, {metrics['global_step']} steps{ce}"
         + (f"; {scored}" if scored else "")
+        + parsed
+        + (f"; {n} kept samples longer than sft.max_length left out" if (n := metrics.get("samples_too_long")) else "")
         + undecided
     )
 
@@ -627,6 +638,12 @@ def record(store, plan: Plan) -> StageResult:
                 },
                 "mean_winner_score": overall["mean_winner_score"],
                 "invalid_judgements": sum(row["judgements"] for row in tables["sft-judgements"] if not row["valid"]),
+                **{
+                    f"candidates.{status}": sum(
+                        row["candidates"] for row in tables["sft-candidates"] if row["parse_status"] == status
+                    )
+                    for status in {row["parse_status"] for row in tables["sft-candidates"]}
+                },
             }
         metrics = {
             **sampling,

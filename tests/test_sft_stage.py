@@ -583,3 +583,16 @@ def test_the_summary_counts_the_queries_a_tolerated_failure_left_undecided():
     line = _summary({**metrics, "undecided": 1})
     assert "5 of 6 queries kept" in line and "; 1 undecided (a generator or judge request failed" in line
     assert "remove it and rerun to ask them again" in line
+
+
+def test_the_summary_says_how_many_candidates_parsed_and_how_the_rest_failed():
+    """Found by probing: 12 of 24 candidates were `unclosed_think` or `extra_think_tag`, 2 kept samples were too long
+    for sft.max_length, and the line said "6 of 6 queries kept (100.0%) ... 4 samples"."""
+    from stages.sft import _summary
+
+    metrics = {"selection": "v1", "kept": 6, "queries": 6, "retention": 1.0, "train_sequences": 4, "global_step": 2}
+    statuses = {"candidates.ok": 12, "candidates.unclosed_think": 8, "candidates.extra_think_tag": 4}
+    line = _summary({**metrics, **statuses, "samples_too_long": 2})
+    assert "; candidates parsed 12 of 24 (unclosed_think 8, extra_think_tag 4)" in line
+    assert "; 2 kept samples longer than sft.max_length left out" in line
+    assert "candidates parsed" not in _summary(metrics)  # a direct run generates none
