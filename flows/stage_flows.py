@@ -36,7 +36,7 @@ def stage_flow(stage: str) -> Flow:
             max_steps: Optimizer steps of every training stage (`cpt.max_steps`, ...), for quick runs.
                 0: each stage's own from the config.
         """
-        redact_stored_overrides({"config_path": config_path, "overrides": list(overrides), "workspace": workspace})
+        redact_stored_overrides()
         return run_stages(resolve_config(config_path, overrides, base_model, max_steps, workspace), [stage])
 
     return run_one_stage

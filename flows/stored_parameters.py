@@ -31,13 +31,12 @@ class PipelineFlow(Flow):
         return stored
 
 
-def redact_stored_overrides(parameters: dict[str, Any]) -> None:
+def redact_stored_overrides() -> None:
     """Rewrite this flow run's stored overrides redacted, if they hold a key. `serialize_parameters` only runs where
     the flow is called in the process (`simulacra run`); a run a deployment starts from the UI or the API is stored
     by Prefect's server as it was typed, and its Parameters tab and `GET /flow_runs/{id}` showed a key in full (found
-    by probing). Called first thing in the run; outside a flow run it does nothing."""
-    if not parameters.get("overrides"):
-        return
+    by probing). Called first thing in the run, from the parameters the run has stored; outside a flow run it does
+    nothing."""
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
@@ -47,7 +46,7 @@ def redact_stored_overrides(parameters: dict[str, Any]) -> None:
     stored = (flow_run.parameters or {}).get("overrides")
     if not stored or not isinstance(stored, list):
         return
-    remember_environment_keys(endpoints(_run_config(parameters)))
+    remember_environment_keys(endpoints(_run_config(flow_run.parameters)))
     redacted = [redact(override) if isinstance(override, str) else override for override in stored]
     if redacted == stored:
         return

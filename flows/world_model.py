@@ -46,6 +46,6 @@ def world_model_pipeline(
         max_steps: Optimizer steps of every training stage (`cpt.max_steps`, ...), for quick runs.
             0: each stage's own from the config.
     """
-    redact_stored_overrides({"config_path": config_path, "overrides": list(overrides), "workspace": workspace})
+    redact_stored_overrides()
     config = resolve_config(config_path, overrides, base_model, max_steps, workspace)
     return run_stages(config, config_stages(config, stages))

@@ -352,6 +352,14 @@ def _stage_chunk(store: Store, source: SourceConfig, path: Path, adapter: Format
     return batch
 
 
+# A file version's progress row; completed or not, the version being read is current, and records its trajectories.
+PROGRESS_ROW = (
+    "INSERT OR REPLACE INTO ingested_files (path, sha256, source, format, size_bytes, records_read, added, duplicates, "
+    "quarantined, completed, updated_at, superseded_at, trajectories_recorded) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), NULL, true)"
+)
+
+
 def _begin_version(store: Store, source: SourceConfig, item: Input, digest: str) -> None:
     """Start reading a version of a file from its first record: the quarantined records of the file (at the file
     itself, a line, an item or a row of it, whichever version they came from) are taken back, and the version's
@@ -360,12 +368,7 @@ def _begin_version(store: Store, source: SourceConfig, item: Input, digest: str)
     which brings its quarantined records back."""
     with store.transaction() as con:
         _delete_quarantined(con, source.name, item.path)
-        con.execute(
-            "INSERT OR REPLACE INTO ingested_files (path, sha256, source, format, size_bytes, records_read, added, "
-            "duplicates, quarantined, completed, updated_at, superseded_at, trajectories_recorded) "
-            "VALUES (?, ?, ?, NULL, ?, 0, 0, 0, 0, false, now(), NULL, true)",
-            [item.path, digest, source.name, item.size_bytes],
-        )
+        con.execute(PROGRESS_ROW, [item.path, digest, source.name, None, item.size_bytes, 0, 0, 0, 0, False])
 
 
 def _delete_quarantined(con, source: str, path: str) -> None:
@@ -441,9 +444,7 @@ def _commit(
             [source.name],
         )
         con.execute(
-            "INSERT OR REPLACE INTO ingested_files (path, sha256, source, format, size_bytes, records_read, added, "
-            "duplicates, quarantined, completed, updated_at, superseded_at, trajectories_recorded) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), NULL, true)",
+            PROGRESS_ROW,
             [
                 item.path,
                 digest,
